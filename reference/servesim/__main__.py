@@ -1,0 +1,5 @@
+"""``python -m servesim`` is ``servesim``."""
+
+from servesim._cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""Which requests are rejected at arrival, and why (SPEC.md R10).
+
+A rejection depends only on the request and the scenario's limits (every worker is identical in
+v1), so it is decided before routing: a rejected request joins no worker and takes no routing
+turn or random draw.
+"""
+
+from __future__ import annotations
+
+from servesim.model import Request, SchedulerLimits
+
+#: Every reject reason, in the order R10 tests them; the first that applies is reported.
+REJECT_REASONS: tuple[str, ...] = (
+    "empty_prompt",
+    "zero_max_output_tokens",
+    "context_exceeds_max_model_len",
+    "prefill_exceeds_step_budget",
+)
+
+
+def rejection_reason(request: Request, limits: SchedulerLimits) -> str | None:
+    """R10: the reason ``request`` is rejected at arrival, or ``None`` if it is accepted."""
+    if request.prompt_tokens == 0:
+        return "empty_prompt"
+    if request.max_output_tokens == 0:
+        return "zero_max_output_tokens"
+    # Written as a subtraction so that an implementation with 64-bit integers cannot overflow on
+    # max_output_tokens up to 2**64 - 1; prompt_tokens > max_model_len is caught first.
+    if (
+        request.prompt_tokens > limits.max_model_len
+        or request.max_output_tokens > limits.max_model_len - request.prompt_tokens
+    ):
+        return "context_exceeds_max_model_len"
+    if limits.prefill_mode == "whole" and request.prompt_tokens > limits.max_batched_tokens:
+        return "prefill_exceeds_step_budget"
+    return None

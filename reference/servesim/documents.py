@@ -1,0 +1,286 @@
+"""Reading input documents: strict JSON (R1), the header (R2), the schema (R3), the semantics (R4).
+
+Every check returns problems as data (``InputProblem``) so that one run reports everything wrong
+with a file at once, in a stable order, instead of the first thing a parser tripped on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from jsonpointer import JsonPointer
+
+from servesim.errors import InputProblem, InvalidInput
+from servesim.model import (
+    Request,
+    Routing,
+    Scenario,
+    SchedulerLimits,
+    SyntheticLinearTiming,
+    TimingProfile,
+    Workload,
+)
+from servesim.schemas import SUPPORTED_VERSIONS, load_schema
+
+#: How many problems one error message lists before summarising the rest.
+MAX_LISTED_PROBLEMS = 20
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document that passed R1 to R4: its kind, version, exact bytes and parsed value."""
+
+    file: str
+    kind: str
+    version: str
+    data: bytes
+    value: dict[str, Any]
+
+
+def pointer(parts: Iterable[str | int]) -> str:
+    """The RFC 6901 JSON pointer for a path of keys and indices."""
+    return str(JsonPointer.from_parts([str(part) for part in parts]).path)
+
+
+# --- R1: strict JSON ------------------------------------------------------------------------
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate object key {key!r}")
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(data: bytes, file: str) -> Any:
+    """R1: UTF-8 JSON text without duplicate keys, NaN or Infinity."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInput(
+            [InputProblem(file, "", f"not UTF-8 text (bad byte at offset {error.start})")]
+        ) from None
+    try:
+        return json.loads(
+            text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
+        )
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno} column {error.colno}"
+        message = f"not valid JSON at {where}: {error.msg}"
+        if not text.strip():
+            message = "the file is empty; expected a JSON object"
+        raise InvalidInput([InputProblem(file, "", message)]) from None
+    except ValueError as error:  # duplicate keys, NaN, Infinity, integers over 4300 digits
+        raise InvalidInput([InputProblem(file, "", f"not valid JSON: {error}")]) from None
+
+
+# --- R2: which document, which version ---------------------------------------------------
+
+
+def check_header(value: Any, file: str, expected_kind: str | None) -> tuple[str, str]:
+    """R2: the document's kind and a supported schema version, or the reason it has neither."""
+    if not isinstance(value, dict):
+        found = type(value).__name__ if value is not None else "null"
+        raise InvalidInput([InputProblem(file, "", f"expected a JSON object, found {found}")])
+    kinds = expected_kind if expected_kind is not None else ", ".join(sorted(SUPPORTED_VERSIONS))
+    kind = value.get("document")
+    if kind not in SUPPORTED_VERSIONS:
+        detail = "missing" if "document" not in value else f"{kind!r} is not a known kind"
+        raise InvalidInput(
+            [InputProblem(file, "/document", f"{detail}; expected one of: {kinds}")]
+        )
+    if expected_kind is not None and kind != expected_kind:
+        raise InvalidInput(
+            [InputProblem(file, "/document", f"expected a {expected_kind} document, found {kind!r}")]
+        )
+    version = value.get("schema_version")
+    supported = SUPPORTED_VERSIONS[kind]
+    if version not in supported:
+        detail = "missing" if "schema_version" not in value else f"{version!r} is not supported"
+        raise InvalidInput(
+            [
+                InputProblem(
+                    file,
+                    "/schema_version",
+                    f"{detail}; this implementation reads {kind} versions: {', '.join(supported)}",
+                )
+            ]
+        )
+    return kind, version
+
+
+# --- R3: the schema ---------------------------------------------------------------------
+
+
+def _is_json_integer(_checker: Any, instance: Any) -> bool:
+    # R1: an integer is written without fraction or exponent, and a boolean is not an integer.
+    return type(instance) is int
+
+
+_StrictValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", _is_json_integer
+    ),
+)
+
+
+@cache
+def _validator(kind: str, version: str) -> Any:
+    return _StrictValidator(load_schema(kind, version))
+
+
+def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem]:
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        return [
+            InputProblem(
+                file,
+                pointer([*path, key]),
+                f"unexpected property {key!r}; allowed here: {', '.join(allowed)}",
+            )
+            for key in sorted(set(error.instance) - set(allowed))
+        ]
+    message = error.message
+    if error.validator == "required":
+        message = f"missing required property: {message.split(' is a required')[0]}"
+    schema_path = list(error.absolute_schema_path)
+    if "dependentSchemas" in schema_path:
+        present = schema_path[schema_path.index("dependentSchemas") + 1]
+        message = f"{message}, because {present!r} is present"
+    return [InputProblem(file, pointer(path), message)]
+
+
+def schema_problems(value: dict[str, Any], kind: str, version: str, file: str) -> list[InputProblem]:
+    """R3: everything that makes ``value`` invalid under its schema, sorted."""
+    problems: list[InputProblem] = []
+    for error in _validator(kind, version).iter_errors(value):
+        problems.extend(_describe(error, file))
+    return sorted(set(problems))
+
+
+# --- R4: semantic constraints -----------------------------------------------------------
+
+
+def semantic_problems(value: dict[str, Any], kind: str, file: str) -> list[InputProblem]:
+    """R4: constraints a JSON Schema cannot state, on a schema-valid document."""
+    problems: list[InputProblem] = []
+    if kind == "workload":
+        first_seen: dict[str, int] = {}
+        for index, request in enumerate(value["requests"]):
+            request_id = request["id"]
+            if request_id in first_seen:
+                problems.append(
+                    InputProblem(
+                        file,
+                        pointer(["requests", index, "id"]),
+                        f"duplicate request id {request_id!r}; first used at "
+                        f"{pointer(['requests', first_seen[request_id], 'id'])}",
+                    )
+                )
+            else:
+                first_seen[request_id] = index
+    elif kind == "scenario":
+        scheduler = value["scheduler"]
+        if scheduler["max_batched_tokens"] < scheduler["max_num_seqs"]:
+            problems.append(
+                InputProblem(
+                    file,
+                    "/scheduler/max_batched_tokens",
+                    f"{scheduler['max_batched_tokens']} is less than max_num_seqs "
+                    f"({scheduler['max_num_seqs']}); every running request must be able to "
+                    "decode in the same step",
+                )
+            )
+    return problems
+
+
+# --- Putting it together ----------------------------------------------------------------
+
+
+def _raise_if_any(problems: list[InputProblem]) -> None:
+    if not problems:
+        return
+    listed = problems[:MAX_LISTED_PROBLEMS]
+    if len(problems) > len(listed):
+        more = len(problems) - len(listed)
+        last = listed[-1]
+        listed.append(InputProblem(last.file, "", f"... and {more} more problems"))
+    raise InvalidInput(listed)
+
+
+def read_document(path: str | Path, expected_kind: str | None = None) -> Document:
+    """Read, parse and check one input document (R1 to R4), or raise ``InvalidInput``."""
+    file = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InvalidInput([InputProblem(file, "", f"cannot read the file: {error.strerror}")]) from None
+    value = parse_json(data, file)
+    kind, version = check_header(value, file, expected_kind)
+    _raise_if_any(schema_problems(value, kind, version, file))
+    _raise_if_any(semantic_problems(value, kind, file))
+    return Document(file=file, kind=kind, version=version, data=data, value=value)
+
+
+def build_scenario(value: dict[str, Any]) -> Scenario:
+    """The ``Scenario`` of a checked scenario document."""
+    routing = value["routing"]
+    scheduler = value["scheduler"]
+    prefill = scheduler["prefill"]
+    return Scenario(
+        workers=value["fleet"]["workers"],
+        routing=Routing(policy=routing["policy"], seed=routing.get("seed")),
+        scheduler=SchedulerLimits(
+            max_num_seqs=scheduler["max_num_seqs"],
+            max_batched_tokens=scheduler["max_batched_tokens"],
+            max_model_len=scheduler["max_model_len"],
+            prefill_mode=prefill["mode"],
+            max_chunk_tokens=prefill.get("max_chunk_tokens"),
+        ),
+    )
+
+
+def build_workload(value: dict[str, Any]) -> Workload:
+    """The ``Workload`` of a checked workload document."""
+    return Workload(
+        requests=tuple(
+            Request(
+                id=item["id"],
+                arrival_us=item["arrival_us"],
+                prompt_tokens=item["prompt_tokens"],
+                max_output_tokens=item["max_output_tokens"],
+            )
+            for item in value["requests"]
+        )
+    )
+
+
+def build_timing_profile(value: dict[str, Any]) -> TimingProfile:
+    """The ``TimingProfile`` of a checked timing-profile document."""
+    model = value["model"]
+    return TimingProfile(
+        model=SyntheticLinearTiming(
+            step_overhead_ns=model["step_overhead_ns"],
+            prefill_token_ns=model["prefill_token_ns"],
+            decode_token_ns=model["decode_token_ns"],
+        )
+    )

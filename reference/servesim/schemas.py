@@ -1,0 +1,53 @@
+"""Where the JSON Schemas are, and which document kinds and versions this package reads.
+
+The schemas are the contract (SPEC.md R3). A wheel carries a copy inside the package; a source
+checkout (an editable install, or the tests run from the tree) reads the top-level ``schemas/``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: Document kind -> schema versions this package reads (SPEC.md R2), oldest first.
+SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
+    "scenario": ("1.0",),
+    "workload": ("1.0",),
+    "timing_profile": ("1.0",),
+    "report": ("1.0",),
+}
+
+#: Document kind -> the schema file's name inside a version folder.
+_SCHEMA_FILES = {
+    "scenario": "scenario.schema.json",
+    "workload": "workload.schema.json",
+    "timing_profile": "timing-profile.schema.json",
+    "report": "report.schema.json",
+}
+
+
+def schema_root() -> Path:
+    """The folder holding ``v1/`` and the other version folders."""
+    packaged = Path(__file__).parent / "schemas"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "schemas"
+    if checkout.is_dir():
+        return checkout
+    raise FileNotFoundError(f"servesim's schemas are neither in {packaged} nor in {checkout}")
+
+
+def schema_path(document: str, version: str) -> Path:
+    """The file of the schema for ``document`` at ``version`` (a supported pair)."""
+    major = version.split(".", 1)[0]
+    return schema_root() / f"v{major}" / _SCHEMA_FILES[document]
+
+
+@cache
+def load_schema(document: str, version: str) -> dict[str, Any]:
+    """The parsed schema for ``document`` at ``version``."""
+    with schema_path(document, version).open(encoding="utf-8") as handle:
+        schema: dict[str, Any] = json.load(handle)
+    return schema

@@ -1,0 +1,121 @@
+"""The event loop: one logical clock drives the whole fleet (SPEC.md section 2).
+
+Events are ordered by one key, ``(time_us, priority, sequence)`` (R7): step completions before
+arrivals before scheduling at the same microsecond, then the order in which events were created.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+from servesim.admission import rejection_reason
+from servesim.errors import UnrepresentableTime
+from servesim.model import Scenario, TimingProfile, Workload
+from servesim.routing import make_router
+from servesim.worker import RequestState, Step, Worker
+
+#: R6: the largest time, in microseconds, that a report can hold exactly (2**53 - 1).
+MAX_TIME_US = (1 << 53) - 1
+
+#: R7: event priorities at equal times, lowest first.
+STEP_COMPLETION: Literal[0] = 0
+ARRIVAL: Literal[1] = 1
+SCHEDULING: Literal[2] = 2
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """What one replay produced, before it is turned into a report."""
+
+    requests: list[RequestState]
+    """One state per workload request, in workload order."""
+    workers: list[Worker]
+    steps: list[Step] | None
+    """Every step, in trace order (R30), when a trace was asked for."""
+
+
+def arrival_order(workload: Workload) -> list[int]:
+    """R8: workload positions sorted by arrival time, equal times in document order."""
+    requests = workload.requests
+    return sorted(range(len(requests)), key=lambda position: requests[position].arrival_us)
+
+
+def simulate(
+    scenario: Scenario,
+    workload: Workload,
+    timing: TimingProfile,
+    *,
+    record_trace: bool = False,
+) -> SimulationResult:
+    """Replay ``workload`` on ``scenario``'s fleet with ``timing``'s step durations."""
+    limits = scenario.scheduler
+    router = make_router(scenario.routing, scenario.workers)
+    workers = [Worker(index) for index in range(scenario.workers)]
+    states = [RequestState(request, position) for position, request in enumerate(workload.requests)]
+    arrivals = iter(arrival_order(workload))
+    steps: list[Step] | None = [] if record_trace else None
+
+    queue: list[tuple[int, int, int, int]] = []  # (time_us, priority, sequence, subject)
+    sequence = itertools.count()
+
+    def push(time_us: int, priority: int, subject: int) -> None:
+        heapq.heappush(queue, (time_us, priority, next(sequence), subject))
+
+    def push_next_arrival() -> None:
+        # Arrivals enter the queue one at a time, in arrival order (R8): the queue never holds
+        # two arrivals at once, so their relative order is exactly R8's.
+        position = next(arrivals, None)
+        if position is not None:
+            push(states[position].request.arrival_us, ARRIVAL, position)
+
+    def request_scheduling(worker: Worker, now_us: int) -> None:
+        # R16: an idle worker with work schedules at the current instant, once.
+        if worker.in_flight is None and not worker.schedule_pending and worker.has_work():
+            worker.schedule_pending = True
+            push(now_us, SCHEDULING, worker.index)
+
+    push_next_arrival()
+    while queue:
+        now_us, priority, _, subject = heapq.heappop(queue)
+        if priority == STEP_COMPLETION:
+            worker = workers[subject]
+            step = worker.in_flight
+            assert step is not None
+            worker.in_flight = None
+            worker.complete_step(step)
+            request_scheduling(worker, now_us)
+        elif priority == ARRIVAL:
+            state = states[subject]
+            reason = rejection_reason(state.request, limits)
+            if reason is not None:  # R10: rejected at arrival, never routed
+                state.reject_reason = reason
+                state.terminal_us = now_us
+            else:
+                worker = workers[router.route()]
+                worker.enqueue(state)
+                request_scheduling(worker, now_us)
+            push_next_arrival()
+        else:
+            worker = workers[subject]
+            worker.schedule_pending = False
+            decode, prefill = worker.plan_step(limits, now_us)
+            assert decode or prefill, "R16: a worker with work always forms a non-empty step"
+            duration = timing.model.step_duration_us(
+                decode_requests=len(decode), prefill_tokens=sum(tokens for _, tokens in prefill)
+            )
+            if now_us + duration > MAX_TIME_US:
+                raise UnrepresentableTime(
+                    worker=worker.index, start_us=now_us, duration_us=duration
+                )
+            step = Step(worker.index, now_us, now_us + duration, decode, prefill)
+            worker.in_flight = step
+            if steps is not None:
+                steps.append(step)
+            push(step.end_us, STEP_COMPLETION, worker.index)
+
+    if steps is not None:
+        steps.sort(key=lambda step: (step.start_us, step.worker))  # R30
+    return SimulationResult(requests=states, workers=workers, steps=steps)
