@@ -227,18 +227,29 @@ def _raise_if_any(problems: list[InputProblem]) -> None:
     raise InvalidInput(listed)
 
 
-def read_document(path: str | Path, expected_kind: str | None = None) -> Document:
-    """Read, parse and check one input document (R1 to R4), or raise ``InvalidInput``."""
-    file = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise InvalidInput([InputProblem(file, "", f"cannot read the file: {error.strerror}")]) from None
+def load_document(data: bytes, file: str, expected_kind: str | None = None) -> Document:
+    """Parse and check one input document's bytes (R1 to R4), or raise ``InvalidInput``.
+
+    ``file`` names the document in messages; ``expected_kind``, when given, is the only kind
+    accepted (R2).
+    """
     value = parse_json(data, file)
     kind, version = check_header(value, file, expected_kind)
     _raise_if_any(schema_problems(value, kind, version, file))
     _raise_if_any(semantic_problems(value, kind, file))
     return Document(file=file, kind=kind, version=version, data=data, value=value)
+
+
+def read_document(path: str | Path, expected_kind: str | None = None) -> Document:
+    """Read one input file and check it with ``load_document``."""
+    file = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InvalidInput(
+            [InputProblem(file, "", f"cannot read the file: {error.strerror}")]
+        ) from None
+    return load_document(data, file, expected_kind)
 
 
 def build_scenario(value: dict[str, Any]) -> Scenario:

@@ -1,4 +1,4 @@
-"""Replay: from three input files to the report's bytes, the job of ``servesim replay``."""
+"""Replay: from the three input documents to the report's bytes, the job of ``servesim replay``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 from servesim.canonical import canonical_json
 from servesim.documents import (
+    Document,
     build_scenario,
     build_timing_profile,
     build_workload,
@@ -15,6 +16,24 @@ from servesim.report import build_report
 from servesim.simulation import simulate
 
 
+def replay_documents(
+    scenario: Document, workload: Document, timing_profile: Document, *, trace: bool = False
+) -> bytes:
+    """The canonical report bytes for three checked documents (see ``load_document``)."""
+    result = simulate(
+        build_scenario(scenario.value),
+        build_workload(workload.value),
+        build_timing_profile(timing_profile.value),
+        record_trace=trace,
+    )
+    inputs = {
+        "scenario": scenario.data,
+        "workload": workload.data,
+        "timing_profile": timing_profile.data,
+    }
+    return canonical_json(build_report(result, inputs))
+
+
 def replay(
     scenario: str | Path,
     workload: str | Path,
@@ -22,21 +41,14 @@ def replay(
     *,
     trace: bool = False,
 ) -> bytes:
-    """The canonical report bytes for replaying the three documents.
+    """The canonical report bytes for replaying the three files.
 
     Raises ``InvalidInput`` or ``UnrepresentableTime`` (both ``ServesimError``) for inputs the
-    specification rejects.
+    specification rejects; every file is checked before the simulation starts (R5).
     """
-    documents = {
-        "scenario": read_document(scenario, "scenario"),
-        "workload": read_document(workload, "workload"),
-        "timing_profile": read_document(timing_profile, "timing_profile"),
-    }
-    result = simulate(
-        build_scenario(documents["scenario"].value),
-        build_workload(documents["workload"].value),
-        build_timing_profile(documents["timing_profile"].value),
-        record_trace=trace,
+    return replay_documents(
+        read_document(scenario, "scenario"),
+        read_document(workload, "workload"),
+        read_document(timing_profile, "timing_profile"),
+        trace=trace,
     )
-    report = build_report(result, {name: doc.data for name, doc in documents.items()})
-    return canonical_json(report)

@@ -1,0 +1,83 @@
+"""Builders for input documents, shared by the tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+
+def scenario_doc(
+    *,
+    workers: int = 1,
+    policy: str = "round_robin",
+    seed: int | None = None,
+    max_num_seqs: int = 4,
+    max_batched_tokens: int = 64,
+    max_model_len: int = 1024,
+    max_chunk_tokens: int | None = None,
+) -> dict[str, Any]:
+    """A scenario document; chunked prefill when ``max_chunk_tokens`` is given."""
+    routing: dict[str, Any] = {"policy": policy}
+    if seed is not None:
+        routing["seed"] = seed
+    prefill: dict[str, Any] = {"mode": "whole"}
+    if max_chunk_tokens is not None:
+        prefill = {"mode": "chunked", "max_chunk_tokens": max_chunk_tokens}
+    return {
+        "document": "scenario",
+        "schema_version": "1.0",
+        "fleet": {"workers": workers},
+        "routing": routing,
+        "scheduler": {
+            "max_num_seqs": max_num_seqs,
+            "max_batched_tokens": max_batched_tokens,
+            "max_model_len": max_model_len,
+            "prefill": prefill,
+        },
+    }
+
+
+def workload_doc(*requests: tuple[str, int, int, int]) -> dict[str, Any]:
+    """A workload document from ``(id, arrival_us, prompt_tokens, max_output_tokens)`` tuples."""
+    return {
+        "document": "workload",
+        "schema_version": "1.0",
+        "requests": [
+            {"id": i, "arrival_us": a, "prompt_tokens": p, "max_output_tokens": o}
+            for i, a, p, o in requests
+        ],
+    }
+
+
+def timing_doc(
+    *, step_overhead_ns: int = 1_000_000, prefill_token_ns: int = 10_000, decode_token_ns: int = 100_000
+) -> dict[str, Any]:
+    """A synthetic_linear timing-profile document."""
+    return {
+        "document": "timing_profile",
+        "schema_version": "1.0",
+        "model": {
+            "kind": "synthetic_linear",
+            "step_overhead_ns": step_overhead_ns,
+            "prefill_token_ns": prefill_token_ns,
+            "decode_token_ns": decode_token_ns,
+        },
+    }
+
+
+def write_inputs(
+    folder: Path, scenario: dict[str, Any], workload: dict[str, Any], timing: dict[str, Any]
+) -> dict[str, Path]:
+    """Write the three documents into ``folder``; their paths by role."""
+    paths = {
+        "scenario": folder / "scenario.json",
+        "workload": folder / "workload.json",
+        "timing_profile": folder / "timing-profile.json",
+    }
+    for role, document in zip(paths, (scenario, workload, timing), strict=True):
+        paths[role].write_text(json.dumps(document), encoding="utf-8")
+    return paths

@@ -1,0 +1,106 @@
+"""Hypothesis strategies for valid input documents, small enough to shrink well.
+
+Each strategy builds one document as a plain dict. They are composed from small pieces
+(``scheduler_limits``, ``requests``) so that shrinking simplifies one field at a time: fewer
+workers, fewer requests, shorter prompts, earlier arrivals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tests.helpers import timing_doc
+
+
+@st.composite
+def scheduler_limits(draw: st.DrawFn) -> dict[str, Any]:
+    """Scheduler limits with ``max_batched_tokens >= max_num_seqs`` (R4).
+
+    Shrinks towards one sequence, a budget equal to it, and whole prefill.
+    """
+    max_num_seqs = draw(st.integers(min_value=1, max_value=4))
+    max_batched_tokens = draw(st.integers(min_value=max_num_seqs, max_value=24))
+    # Mostly roomy, so that most requests are accepted; one time in five a tight limit (R10).
+    tight = draw(st.integers(0, 4)) == 4
+    max_model_len = draw(st.integers(1, 30)) if tight else draw(st.integers(30, 64))
+    prefill: dict[str, Any] = {"mode": "whole"}
+    if draw(st.booleans()):
+        prefill = {"mode": "chunked", "max_chunk_tokens": draw(st.integers(1, 12))}
+    return {
+        "max_num_seqs": max_num_seqs,
+        "max_batched_tokens": max_batched_tokens,
+        "max_model_len": max_model_len,
+        "prefill": prefill,
+    }
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, *, max_workers: int = 4) -> dict[str, Any]:
+    """A scenario document; shrinks towards one worker and round-robin routing."""
+    routing: dict[str, Any] = {"policy": "round_robin"}
+    if draw(st.booleans()):
+        routing = {"policy": "random", "seed": draw(st.integers(0, 2**64 - 1))}
+    return {
+        "document": "scenario",
+        "schema_version": "1.0",
+        "fleet": {"workers": draw(st.integers(1, max_workers))},
+        "routing": routing,
+        "scheduler": draw(scheduler_limits()),
+    }
+
+
+#: Output lengths the spec must reject or survive (R10): zero and enormous values.
+EXTREME_OUTPUTS = (0, 2**32 - 1, 2**63 - 1, 2**64 - 1)
+
+
+@st.composite
+def output_lengths(draw: st.DrawFn) -> int:
+    """Mostly 1 to 10 tokens; one time in ten an extreme value. Shrinks towards 1."""
+    if draw(st.integers(0, 9)) == 9:
+        return draw(st.sampled_from(EXTREME_OUTPUTS))
+    return draw(st.integers(1, 10))
+
+
+def requests(*, max_size: int = 16) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """Request lists with unique ids; arrivals collide often so that R8's ties are exercised.
+
+    Shrinks towards fewer requests, arrival 0, short prompts and one output token. Now and then
+    a request is one the spec rejects (empty prompt, zero or enormous output).
+    """
+    request = st.fixed_dictionaries(
+        {
+            "arrival_us": st.integers(0, 30).map(lambda value: value * 100),
+            "prompt_tokens": st.integers(0, 20),
+            "max_output_tokens": output_lengths(),
+        }
+    )
+    return st.lists(request, min_size=1, max_size=max_size).map(
+        lambda items: [{"id": f"r{index}", **item} for index, item in enumerate(items)]
+    )
+
+
+@st.composite
+def workloads(draw: st.DrawFn, *, max_size: int = 16) -> dict[str, Any]:
+    """A workload document."""
+    return {
+        "document": "workload",
+        "schema_version": "1.0",
+        "requests": draw(requests(max_size=max_size)),
+    }
+
+
+@st.composite
+def timing_profiles(draw: st.DrawFn) -> dict[str, Any]:
+    """A synthetic_linear profile whose costs are not multiples of 1000 ns, so R22 rounds."""
+    return timing_doc(
+        step_overhead_ns=draw(st.integers(1, 2_000_000)),
+        prefill_token_ns=draw(st.integers(0, 200_000)),
+        decode_token_ns=draw(st.integers(0, 500_000)),
+    )
+
+
+def input_triples() -> st.SearchStrategy[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(scenario, workload, timing profile), drawn together."""
+    return st.tuples(scenarios(), workloads(), timing_profiles())

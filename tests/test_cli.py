@@ -1,0 +1,261 @@
+"""R5, R32, R33: the command line's exit codes, messages and atomic output.
+
+Every bad-input class gets exit 2, a message naming the file, the JSON pointer and what was
+expected, no report file, and never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import scenario_doc, timing_doc, workload_doc, write_inputs
+
+Mutation = Callable[[dict[str, Any]], Any]
+
+
+def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a fresh process, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "servesim", *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def replay_args(paths: dict[str, Path], output: Path) -> list[str | Path]:
+    return [
+        "replay",
+        "--scenario",
+        paths["scenario"],
+        "--workload",
+        paths["workload"],
+        "--timing-profile",
+        paths["timing_profile"],
+        "--output",
+        output,
+    ]
+
+
+def valid_documents() -> dict[str, dict[str, Any]]:
+    return {
+        "scenario": scenario_doc(workers=2),
+        "workload": workload_doc(("a", 0, 4, 2), ("b", 10, 3, 1)),
+        "timing_profile": timing_doc(),
+    }
+
+
+def test_r32_replay_writes_report_and_exits_0(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output), "--trace")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(output.read_bytes())
+    assert report["document"] == "report"
+    assert [entry["id"] for entry in report["requests"]] == ["a", "b"]
+    assert report["trace"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "report.json",
+        "scenario.json",
+        "timing-profile.json",
+        "workload.json",
+    ], "no temporary file is left behind"
+
+
+def test_r30_without_trace_flag_trace_is_null(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    output = tmp_path / "report.json"
+    assert run_servesim(*replay_args(paths, output)).returncode == 0
+    assert json.loads(output.read_bytes())["trace"] is None
+
+
+def _set(path: list[str | int], value: Any) -> Mutation:
+    def mutate(document: dict[str, Any]) -> None:
+        target: Any = document
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return mutate
+
+
+def _delete(path: list[str | int]) -> Mutation:
+    def mutate(document: dict[str, Any]) -> None:
+        target: Any = document
+        for key in path[:-1]:
+            target = target[key]
+        del target[path[-1]]
+
+    return mutate
+
+
+#: (case id, role, mutation of the parsed document, JSON pointer expected in the message,
+#:  a fragment of the expected message)
+DOCUMENT_CASES: list[tuple[str, str, Mutation, str, str]] = [
+    ("unknown-property", "scenario", _set(["fleet", "gpus"], 8), "/fleet/gpus", "unexpected"),
+    ("missing-required", "scenario", _delete(["scheduler", "max_model_len"]), "/scheduler",
+     "max_model_len"),
+    ("string-for-integer", "workload", _set(["requests", 0, "prompt_tokens"], "4"),
+     "/requests/0/prompt_tokens", "integer"),
+    ("float-for-integer", "workload", _set(["requests", 1, "arrival_us"], 10.0),
+     "/requests/1/arrival_us", "integer"),
+    ("boolean-for-integer", "scenario", _set(["fleet", "workers"], True), "/fleet/workers",
+     "integer"),
+    ("negative", "workload", _set(["requests", 0, "arrival_us"], -1), "/requests/0/arrival_us",
+     "minimum"),
+    ("zero-workers", "scenario", _set(["fleet", "workers"], 0), "/fleet/workers", "minimum"),
+    ("output-over-u64", "workload", _set(["requests", 0, "max_output_tokens"], 2**64),
+     "/requests/0/max_output_tokens", "maximum"),
+    ("arrival-over-2-53", "workload", _set(["requests", 0, "arrival_us"], 2**53),
+     "/requests/0/arrival_us", "maximum"),
+    ("empty-requests", "workload", _set(["requests"], []), "/requests", "non-empty"),
+    ("duplicate-id", "workload", _set(["requests", 1, "id"], "a"), "/requests/1/id",
+     "duplicate request id"),
+    ("empty-id", "workload", _set(["requests", 0, "id"], ""), "/requests/0/id", "match"),
+    ("id-with-space", "workload", _set(["requests", 0, "id"], "a b"), "/requests/0/id", "match"),
+    ("seed-with-round-robin", "scenario", _set(["routing", "seed"], 1), "/routing/policy",
+     "'seed' is present"),
+    ("random-without-seed", "scenario", _set(["routing", "policy"], "random"), "/routing",
+     "seed"),
+    ("unknown-policy", "scenario", _set(["routing", "policy"], "least_loaded"),
+     "/routing/policy", "least_loaded"),
+    ("chunk-cap-with-whole", "scenario", _set(["scheduler", "prefill", "max_chunk_tokens"], 4),
+     "/scheduler/prefill/mode", "'max_chunk_tokens' is present"),
+    ("chunked-without-cap", "scenario", _set(["scheduler", "prefill", "mode"], "chunked"),
+     "/scheduler/prefill", "max_chunk_tokens"),
+    ("budget-below-max-num-seqs", "scenario", _set(["scheduler", "max_batched_tokens"], 3),
+     "/scheduler/max_batched_tokens", "max_num_seqs"),
+    ("zero-step-overhead", "timing_profile", _set(["model", "step_overhead_ns"], 0),
+     "/model/step_overhead_ns", "minimum"),
+    ("unknown-timing-kind", "timing_profile", _set(["model", "kind"], "grid"), "/model/kind",
+     "synthetic_linear"),
+    ("unknown-version", "workload", _set(["schema_version"], "2.0"), "/schema_version", "1.0"),
+    ("missing-version", "scenario", _delete(["schema_version"]), "/schema_version", "missing"),
+    ("wrong-kind", "scenario", _set(["document"], "workload"), "/document",
+     "expected a scenario document"),
+    ("unknown-kind", "timing_profile", _set(["document"], "profile"), "/document",
+     "not a known kind"),
+]
+
+
+def _assert_rejected(
+    result: subprocess.CompletedProcess[str], output: Path, *fragments: str
+) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert not output.exists(), "no report may be written for invalid input"
+    assert not list(output.parent.glob(".report.json.*")), "no partial file is left"
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("role", "mutate", "pointer", "fragment"),
+    [pytest.param(role, m, p, f, id=case) for case, role, m, p, f in DOCUMENT_CASES],
+)
+def test_r5_invalid_document_exits_2_with_pointer(
+    tmp_path: Path, role: str, mutate: Mutation, pointer: str, fragment: str
+) -> None:
+    documents = valid_documents()
+    mutate(documents[role])
+    paths = write_inputs(tmp_path, *documents.values())
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    _assert_rejected(result, output, str(paths[role]), f"at {pointer}:", fragment)
+
+
+#: (case id, raw bytes of the workload file, a fragment of the expected message)
+RAW_CASES: list[tuple[str, bytes, str]] = [
+    ("truncated", b'{"document": "workload", "schema_version": "1.0", "requests": [', "not valid JSON"),
+    ("empty-file", b"", "empty"),
+    ("not-utf8", b'{"document": "\xff"}', "not UTF-8"),
+    ("duplicate-key", b'{"document": "workload", "document": "workload"}', "duplicate object key"),
+    ("nan", b'{"document": "workload", "schema_version": "1.0", "requests": NaN}', "NaN"),
+    ("top-level-array", b"[]", "expected a JSON object"),
+    ("huge-integer", b'{"document": "workload", "x": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    ("huge-float", b'{"document": "workload", "schema_version": "1.0", "requests": [{"id": "a",'
+     b' "arrival_us": 1e400, "prompt_tokens": 1, "max_output_tokens": 1}]}', "integer"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"), [pytest.param(raw, f, id=case) for case, raw, f in RAW_CASES]
+)
+def test_r1_malformed_json_exits_2(tmp_path: Path, raw: bytes, fragment: str) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    paths["workload"].write_bytes(raw)
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    _assert_rejected(result, output, str(paths["workload"]), fragment)
+
+
+def test_r5_missing_input_file_exits_2(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    paths["timing_profile"].unlink()
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    _assert_rejected(result, output, str(paths["timing_profile"]), "cannot read")
+
+
+def test_r5_lists_every_problem_of_a_document(tmp_path: Path) -> None:
+    documents = valid_documents()
+    documents["workload"]["requests"][0]["prompt_tokens"] = -1
+    documents["workload"]["requests"][1]["arrival_us"] = "soon"
+    paths = write_inputs(tmp_path, *documents.values())
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    _assert_rejected(result, output, "/requests/0/prompt_tokens", "/requests/1/arrival_us")
+
+
+def test_r6_time_beyond_2_53_exits_2(tmp_path: Path) -> None:
+    documents = valid_documents()
+    documents["workload"]["requests"][1]["arrival_us"] = 2**53 - 2
+    paths = write_inputs(tmp_path, *documents.values())
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    _assert_rejected(result, output, "9007199254740991")
+
+
+def test_r32_unwritable_output_exits_2_without_traceback(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    output = tmp_path / "missing-folder" / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    assert result.returncode == 2
+    assert "cannot write the report" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not output.parent.exists()
+
+
+def test_r32_usage_error_exits_2() -> None:
+    result = run_servesim("replay", "--scenario", "x.json")
+    assert result.returncode == 2
+    assert "--workload" in result.stderr
+
+
+def test_r33_validate_reports_each_file(tmp_path: Path, example_inputs: dict[str, Path]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(scenario_doc(max_num_seqs=0)), encoding="utf-8")
+    result = run_servesim("validate", *example_inputs.values(), bad)
+    assert result.returncode == 2
+    assert result.stdout.count(": valid ") == 3
+    assert f"{bad}: at /scheduler/max_num_seqs:" in result.stderr
+
+
+def test_r33_validate_accepts_a_report(tmp_path: Path, example_inputs: dict[str, Path]) -> None:
+    output = tmp_path / "report.json"
+    assert run_servesim(*replay_args(example_inputs, output), "--trace").returncode == 0
+    result = run_servesim("validate", output)
+    assert result.returncode == 0, result.stderr
+    assert "valid report 1.0" in result.stdout
+
+
+def test_help_and_version() -> None:
+    assert "replay" in run_servesim("--help").stdout
+    assert run_servesim("--version").stdout.startswith("servesim ")
