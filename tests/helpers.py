@@ -54,7 +54,10 @@ def workload_doc(*requests: tuple[str, int, int, int]) -> dict[str, Any]:
 
 
 def timing_doc(
-    *, step_overhead_ns: int = 1_000_000, prefill_token_ns: int = 10_000, decode_token_ns: int = 100_000
+    *,
+    step_overhead_ns: int = 1_000_000,
+    prefill_token_ns: int = 10_000,
+    decode_token_ns: int = 100_000,
 ) -> dict[str, Any]:
     """A synthetic_linear timing-profile document."""
     return {

@@ -15,9 +15,21 @@ from tests.helpers import scenario_doc, timing_doc, workload_doc, write_inputs
 def _replay_in_subprocess(paths: dict[str, Path], output: Path, hash_seed: str) -> bytes:
     environment = {**os.environ, "PYTHONHASHSEED": hash_seed}
     subprocess.run(
-        [sys.executable, "-m", "servesim", "replay", "--scenario", str(paths["scenario"]),
-         "--workload", str(paths["workload"]), "--timing-profile", str(paths["timing_profile"]),
-         "--output", str(output), "--trace"],
+        [
+            sys.executable,
+            "-m",
+            "servesim",
+            "replay",
+            "--scenario",
+            str(paths["scenario"]),
+            "--workload",
+            str(paths["workload"]),
+            "--timing-profile",
+            str(paths["timing_profile"]),
+            "--output",
+            str(output),
+            "--trace",
+        ],
         check=True,
         env=environment,
     )
@@ -40,7 +52,8 @@ def test_r31_report_holds_no_run_specific_data(
 ) -> None:
     text = servesim.replay(*example_inputs.values(), trace=True).decode()
     assert servesim.__version__ not in text
-    assert str(tmp_path) not in text and "basic" not in text
+    assert str(tmp_path) not in text
+    assert "basic" not in text
 
 
 def test_replays_1024_workers_in_one_event_loop(tmp_path: Path) -> None:

@@ -85,7 +85,9 @@ def test_r17_r19_r21_no_step_exceeds_its_budgets(documents: Documents) -> None:
         assert step["batched_tokens"] == len(step["decode_requests"]) + step["prefill_tokens"]
         assert 1 <= step["batched_tokens"] <= limits["max_batched_tokens"]
         if limits["prefill"]["mode"] == "chunked":
-            assert all(i["tokens"] <= limits["prefill"]["max_chunk_tokens"] for i in step["prefill"])
+            assert all(
+                i["tokens"] <= limits["prefill"]["max_chunk_tokens"] for i in step["prefill"]
+            )
     for entry in report["requests"]:
         if entry["outcome"] == "completed":
             assert entry["prompt_tokens"] + entry["output_tokens"] <= limits["max_model_len"]
@@ -137,7 +139,8 @@ def test_r16_r20_trace_is_consistent_with_requests(documents: Documents) -> None
             assert prefilled[entry["id"]] == entry["prompt_tokens"]
             assert decoded[entry["id"]] == entry["output_tokens"] - 1
         else:
-            assert entry["id"] not in prefilled and entry["id"] not in decoded
+            assert entry["id"] not in prefilled
+            assert entry["id"] not in decoded
 
 
 @given(input_triples())
@@ -181,8 +184,13 @@ def test_shifting_every_arrival_shifts_every_time(
         request["arrival_us"] += shift
     before = json.loads(run((scenario, workload, timing)))
     after = json.loads(run((scenario, shifted, timing)))
-    time_fields = ("arrival_us", "terminal_us", "first_scheduled_us", "first_token_us",
-                   "completion_us")
+    time_fields = (
+        "arrival_us",
+        "terminal_us",
+        "first_scheduled_us",
+        "first_token_us",
+        "completion_us",
+    )
     for old, new in zip(before["requests"], after["requests"], strict=True):
         for field in time_fields:
             assert new[field] == (None if old[field] is None else old[field] + shift)
@@ -200,6 +208,7 @@ def test_shifting_every_arrival_shifts_every_time(
 @given(input_triples())
 def test_r23_report_is_canonical_and_schema_valid(documents: Documents) -> None:
     data = run(documents)
-    assert data.endswith(b"}\n") and data.count(b"\n") == 1
+    assert data.endswith(b"}\n")
+    assert data.count(b"\n") == 1
     value = json.loads(data)
     assert servesim.load_document(data, "report.json", "report").value == value

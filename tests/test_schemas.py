@@ -17,7 +17,7 @@ SCHEMA_FILES = sorted((REPO / "schemas" / "v1").glob("*.schema.json"))
 
 
 def _properties(schema: Any, where: str = "") -> Iterator[tuple[str, Any]]:
-    """Every declared property, with where it is (conditions such as ``if`` are not declarations)."""
+    """Every declared property and where it is (``if`` and the like declare none)."""
     if not isinstance(schema, dict):
         return
     for name, subschema in schema.get("properties", {}).items():
@@ -41,7 +41,8 @@ def test_r3_schema_is_valid_draft_2020_12_with_id_title_description(path: Path) 
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"].startswith("urn:servesim:schema:v1:")
-    assert schema["title"] and schema["description"]
+    assert schema["title"]
+    assert schema["description"]
 
 
 @pytest.mark.parametrize("path", SCHEMA_FILES, ids=lambda path: path.name)

@@ -37,8 +37,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Replay a workload and write the canonical report (SPEC.md R32). "
         "Exit 0: report written. Exit 2: input rejected, nothing written.",
     )
-    replay_parser.add_argument("--scenario", required=True, metavar="FILE", help="scenario document")
-    replay_parser.add_argument("--workload", required=True, metavar="FILE", help="workload document")
+    replay_parser.add_argument(
+        "--scenario", required=True, metavar="FILE", help="scenario document"
+    )
+    replay_parser.add_argument(
+        "--workload", required=True, metavar="FILE", help="workload document"
+    )
     replay_parser.add_argument(
         "--timing-profile", required=True, metavar="FILE", help="timing-profile document"
     )

@@ -103,12 +103,14 @@ def check_header(value: Any, file: str, expected_kind: str | None) -> tuple[str,
     kind = value.get("document")
     if kind not in SUPPORTED_VERSIONS:
         detail = "missing" if "document" not in value else f"{kind!r} is not a known kind"
-        raise InvalidInput(
-            [InputProblem(file, "/document", f"{detail}; expected one of: {kinds}")]
-        )
+        raise InvalidInput([InputProblem(file, "/document", f"{detail}; expected one of: {kinds}")])
     if expected_kind is not None and kind != expected_kind:
         raise InvalidInput(
-            [InputProblem(file, "/document", f"expected a {expected_kind} document, found {kind!r}")]
+            [
+                InputProblem(
+                    file, "/document", f"expected a {expected_kind} document, found {kind!r}"
+                )
+            ]
         )
     version = value.get("schema_version")
     supported = SUPPORTED_VERSIONS[kind]
@@ -134,11 +136,9 @@ def _is_json_integer(_checker: Any, instance: Any) -> bool:
     return type(instance) is int
 
 
-_StrictValidator = jsonschema.validators.extend(
+_StrictValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
     jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", _is_json_integer
-    ),
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_json_integer),
 )
 
 
@@ -150,7 +150,8 @@ def _validator(kind: str, version: str) -> Any:
 def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem]:
     path = list(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = sorted(error.schema.get("properties", {}))
+        declared = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+        allowed = sorted(declared)
         return [
             InputProblem(
                 file,
@@ -169,7 +170,9 @@ def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem
     return [InputProblem(file, pointer(path), message)]
 
 
-def schema_problems(value: dict[str, Any], kind: str, version: str, file: str) -> list[InputProblem]:
+def schema_problems(
+    value: dict[str, Any], kind: str, version: str, file: str
+) -> list[InputProblem]:
     """R3: everything that makes ``value`` invalid under its schema, sorted."""
     problems: list[InputProblem] = []
     for error in _validator(kind, version).iter_errors(value):

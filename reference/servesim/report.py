@@ -52,6 +52,19 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _latencies(state: RequestState) -> tuple[int, int, int]:
+    """R26: queue time, TTFT and E2E of a completed request, in microseconds."""
+    arrival = state.request.arrival_us
+    first_scheduled = state.first_scheduled_us
+    if first_scheduled is None or not state.token_times_us:
+        raise ValueError(f"request {state.request.id!r} did not complete")
+    return (
+        first_scheduled - arrival,
+        state.token_times_us[0] - arrival,
+        state.token_times_us[-1] - arrival,
+    )
+
+
 def _request_entry(state: RequestState) -> dict[str, Any]:
     """R26: one request's line in the report."""
     request = state.request
@@ -76,19 +89,18 @@ def _request_entry(state: RequestState) -> dict[str, Any]:
         "token_times_us": tokens,
     }
     if completed:
-        assert state.first_scheduled_us is not None and state.terminal_us is not None
-        entry["queue_us"] = state.first_scheduled_us - request.arrival_us
-        entry["ttft_us"] = tokens[0] - request.arrival_us
+        entry["queue_us"], entry["ttft_us"], entry["e2e_us"] = _latencies(state)
         entry["mean_itl_us"] = ratio(tokens[-1] - tokens[0], len(tokens) - 1)
-        entry["e2e_us"] = state.terminal_us - request.arrival_us
     return entry
 
 
 def _makespan_us(states: list[RequestState]) -> int:
     """R28: from the first arrival to the last terminal state."""
     first_arrival = min(state.request.arrival_us for state in states)
-    last_terminal = max(state.terminal_us or 0 for state in states)
-    return last_terminal - first_arrival
+    terminals = [state.terminal_us for state in states if state.terminal_us is not None]
+    if len(terminals) != len(states):
+        raise ValueError("every request reaches a terminal state (R9) before the report is built")
+    return max(terminals) - first_arrival
 
 
 def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int) -> dict[str, Any]:
@@ -99,6 +111,7 @@ def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int
         if state.reject_reason is not None:
             by_reason[state.reject_reason] += 1
     output_tokens = sum(len(state.token_times_us) for state in completed)
+    latencies = [_latencies(state) for state in completed]
     gaps = [
         later - earlier
         for state in completed
@@ -116,16 +129,10 @@ def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int
         "makespan_us": makespan_us,
         "request_throughput_per_s": ratio(len(completed) * 1_000_000, makespan_us),
         "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan_us),
-        "queue_us": statistics(
-            [state.first_scheduled_us - state.request.arrival_us for state in completed]  # type: ignore[operator]
-        ),
-        "ttft_us": statistics(
-            [state.token_times_us[0] - state.request.arrival_us for state in completed]
-        ),
+        "queue_us": statistics([queue for queue, _, _ in latencies]),
+        "ttft_us": statistics([ttft for _, ttft, _ in latencies]),
         "itl_us": statistics(gaps),
-        "e2e_us": statistics(
-            [state.token_times_us[-1] - state.request.arrival_us for state in completed]
-        ),
+        "e2e_us": statistics([e2e for _, _, e2e in latencies]),
     }
 
 

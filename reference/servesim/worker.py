@@ -167,9 +167,7 @@ class Worker:
             ]
             for state in finished:
                 state.terminal_us = end
-        produced = len(step.decode) + sum(
-            1 for state, _ in step.prefill if state.decoding
-        )
+        produced = len(step.decode) + sum(1 for state, _ in step.prefill if state.decoding)
         self.steps += 1
         self.busy_us += step.end_us - step.start_us
         self.prefill_tokens += step.prefill_tokens
