@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import servesim
+from tests.helpers import scenario_doc, timing_doc, workload_doc, write_inputs
 
 PROFILE = {"step_overhead_ns": 1_000_000, "prefill_token_ns": 10_000, "decode_token_ns": 100_000}
 
@@ -55,38 +56,13 @@ def run(
     model: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Write the three documents, replay them with the trace on, and return the parsed report."""
-    documents = {
-        "scenario.json": {
-            "document": "scenario",
-            "schema_version": "1.0",
-            "fleet": {"workers": workers},
-            "routing": routing or {"policy": "round_robin"},
-            "scheduler": sched,
-        },
-        "workload.json": {
-            "document": "workload",
-            "schema_version": "1.0",
-            "requests": [
-                {"id": i, "arrival_us": a, "prompt_tokens": p, "max_output_tokens": m}
-                for i, a, p, m in requests
-            ],
-        },
-        "timing.json": {
-            "document": "timing_profile",
-            "schema_version": "1.0",
-            "model": {"kind": "synthetic_linear", **(model or PROFILE)},
-        },
-    }
-    for name, value in documents.items():
-        (tmp_path / name).write_text(json.dumps(value), encoding="utf-8")
-    report: dict[str, Any] = json.loads(
-        servesim.replay(
-            tmp_path / "scenario.json",
-            tmp_path / "workload.json",
-            tmp_path / "timing.json",
-            trace=True,
-        )
+    scenario = scenario_doc(workers=workers)
+    scenario["scheduler"] = sched
+    scenario["routing"] = routing or {"policy": "round_robin"}
+    paths = write_inputs(
+        tmp_path, scenario, workload_doc(*requests), timing_doc(**(model or PROFILE))
     )
+    report: dict[str, Any] = json.loads(servesim.replay(*paths.values(), trace=True))
     return report
 
 
