@@ -7,11 +7,13 @@ a bug in servesim and is reported as such, never as a Python traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
 from servesim import __version__
 from servesim.canonical import write_atomically
+from servesim.describe import description
 from servesim.documents import read_document
 from servesim.errors import InvalidInput, ServesimError
 from servesim.replay import replay
@@ -37,20 +39,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Replay a workload and write the canonical report (SPEC.md R32). "
         "Exit 0: report written. Exit 2: input rejected, nothing written.",
     )
+    replay_parser.add_argument("--scenario", metavar="FILE", help="scenario document (required)")
+    replay_parser.add_argument("--workload", metavar="FILE", help="workload document (required)")
     replay_parser.add_argument(
-        "--scenario", required=True, metavar="FILE", help="scenario document"
+        "--timing-profile", metavar="FILE", help="timing-profile document (required)"
     )
     replay_parser.add_argument(
-        "--workload", required=True, metavar="FILE", help="workload document"
-    )
-    replay_parser.add_argument(
-        "--timing-profile", required=True, metavar="FILE", help="timing-profile document"
-    )
-    replay_parser.add_argument(
-        "--output", required=True, metavar="FILE", help="where to write the report (atomically)"
+        "--output", metavar="FILE", help="where to write the report, atomically (required)"
     )
     replay_parser.add_argument(
         "--trace", action="store_true", help="include every step in the report (R30)"
+    )
+    replay_parser.add_argument(
+        "--describe",
+        action="store_true",
+        help="print this implementation's description for the conformance harness and exit",
     )
 
     validate_parser = commands.add_parser(
@@ -60,7 +63,28 @@ def _parser() -> argparse.ArgumentParser:
         "R1 to R4. Exit 0 if all are valid, 2 otherwise.",
     )
     validate_parser.add_argument("files", nargs="+", metavar="FILE")
+
+    conform_parser = commands.add_parser(
+        "conform",
+        help="check an implementation against the conformance suite",
+        description="Run the smoke, golden and invalid tiers of the conformance suite against "
+        "an implementation (by default this reference). Exit 0 when nothing failed, 1 otherwise, "
+        "2 when the implementation or the corpus could not be used.",
+    )
+    _add_conform_arguments(conform_parser)
     return parser
+
+
+def _add_conform_arguments(parser: argparse.ArgumentParser) -> None:
+    from servesim_conformance.cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _conform(arguments: argparse.Namespace) -> int:
+    from servesim_conformance.cli import run_from_arguments
+
+    return run_from_arguments(arguments)
 
 
 def _report_invalid(error: ServesimError) -> int:
@@ -73,7 +97,22 @@ def _report_invalid(error: ServesimError) -> int:
     return EXIT_INVALID_INPUT
 
 
-def _replay(arguments: argparse.Namespace) -> int:
+def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if arguments.describe:
+        print(json.dumps(description(__version__), indent=2))
+        return EXIT_OK
+    missing = [
+        option
+        for option, value in (
+            ("--scenario", arguments.scenario),
+            ("--workload", arguments.workload),
+            ("--timing-profile", arguments.timing_profile),
+            ("--output", arguments.output),
+        )
+        if value is None
+    ]
+    if missing:
+        parser.error(f"replay needs {', '.join(missing)}")
     try:
         report = replay(
             arguments.scenario, arguments.workload, arguments.timing_profile, trace=arguments.trace
@@ -105,10 +144,13 @@ def _validate(arguments: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    arguments = _parser().parse_args(argv)
+    parser = _parser()
+    arguments = parser.parse_args(argv)
     try:
         if arguments.command == "replay":
-            return _replay(arguments)
+            return _replay(arguments, parser)
+        if arguments.command == "conform":
+            return _conform(arguments)
         return _validate(arguments)
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
