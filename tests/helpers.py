@@ -6,8 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from servesim_conformance.documents import timing_doc
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
+
+__all__ = ["EXAMPLES", "REPO", "scenario_doc", "timing_doc", "workload_doc", "write_inputs"]
 
 
 def scenario_doc(
@@ -50,25 +54,6 @@ def workload_doc(*requests: tuple[str, int, int, int]) -> dict[str, Any]:
             {"id": i, "arrival_us": a, "prompt_tokens": p, "max_output_tokens": o}
             for i, a, p, o in requests
         ],
-    }
-
-
-def timing_doc(
-    *,
-    step_overhead_ns: int = 1_000_000,
-    prefill_token_ns: int = 10_000,
-    decode_token_ns: int = 100_000,
-) -> dict[str, Any]:
-    """A synthetic_linear timing-profile document."""
-    return {
-        "document": "timing_profile",
-        "schema_version": "1.0",
-        "model": {
-            "kind": "synthetic_linear",
-            "step_overhead_ns": step_overhead_ns,
-            "prefill_token_ns": prefill_token_ns,
-            "decode_token_ns": decode_token_ns,
-        },
     }
 
 

@@ -267,7 +267,14 @@ RAW_CASES: list[tuple[str, bytes, str]] = [
     ("duplicate-key", b'{"document": "workload", "document": "workload"}', "duplicate object key"),
     ("nan", b'{"document": "workload", "schema_version": "1.0", "requests": NaN}', "NaN"),
     ("top-level-array", b"[]", "expected a JSON object"),
-    ("huge-integer", b'{"document": "workload", "x": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    (
+        "huge-integer",
+        b'{"document": "workload", "schema_version": "1.0", "requests": [{"id": "a",'
+        b' "arrival_us": 0, "prompt_tokens": 1, "max_output_tokens": ' + b"9" * 5000 + b"}]}",
+        "a 5000-digit integer is greater than the maximum",
+    ),
+    ("deep-nesting", b"[" * 5000 + b"]" * 5000, "nested too deeply"),
+    ("kind-not-a-string", b'{"document": ["workload"]}', '["workload"] is not a known kind'),
     (
         "huge-float",
         b'{"document": "workload", "schema_version": "1.0", "requests": [{"id": "a",'

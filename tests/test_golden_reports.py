@@ -7,10 +7,10 @@ change (see golden/README.md for the update flow), never to make a test pass.
 from __future__ import annotations
 
 import pytest
-from servesim_conformance.corpus import load_corpus
 from syrupy.assertion import SnapshotAssertion
 
 import servesim
+from servesim_conformance.corpus import load_corpus
 from tests.golden_snapshots import GOLDEN, GoldenReportExtension
 
 VALID_CASES = [case for case in load_corpus(GOLDEN).cases if case.valid]

@@ -6,7 +6,6 @@ import argparse
 import json
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 from servesim import __version__
@@ -72,7 +71,9 @@ def _implementation(arguments: argparse.Namespace) -> tuple[Implementation, dict
     else:
         implementation = Implementation.from_command_line(arguments.impl or REFERENCE_COMMAND)
     if arguments.timeout is not None:
-        implementation = Implementation(implementation.argv, arguments.timeout, implementation.name)
+        implementation = Implementation(
+            implementation.argv, arguments.timeout, implementation.name, implementation.cwd
+        )
     expected = load_expected_failures(expected_path) if expected_path else {}
     return implementation, expected
 
@@ -94,8 +95,7 @@ def run_from_arguments(arguments: argparse.Namespace) -> int:
     try:
         implementation, expected = _implementation(arguments)
         corpus = load_corpus(arguments.golden)
-        with tempfile.TemporaryDirectory(prefix="servesim-describe-") as scratch:
-            description = implementation.describe(cwd=Path(scratch))
+        description = implementation.describe()
     except (HarnessError, CorpusError) as error:
         print(f"servesim conform: {error}", file=sys.stderr)
         return EXIT_UNUSABLE

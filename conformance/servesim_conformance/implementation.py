@@ -60,6 +60,9 @@ class Implementation:
     argv: tuple[str, ...]
     timeout_s: float = DEFAULT_TIMEOUT_S
     name: str = ""
+    cwd: Path = field(default_factory=Path.cwd)
+    """Where the command runs: where the user invoked the harness, so relative paths in the
+    command work; every case's files are in their own temporary folder, named absolutely."""
 
     @classmethod
     def from_command_line(
@@ -88,16 +91,17 @@ class Implementation:
             argv=tuple(manifest["command"]),
             timeout_s=float(manifest.get("timeout_s", DEFAULT_TIMEOUT_S)),
             name=manifest["name"],
+            cwd=path.parent.resolve(),
         )
         return implementation, (path.parent / expected) if expected else None
 
-    def run(self, arguments: list[str], *, cwd: Path) -> Run:
-        """Run the command with ``arguments`` in ``cwd``; on timeout kill its process group."""
+    def run(self, arguments: list[str]) -> Run:
+        """Run the command with ``arguments``; on timeout kill its whole process group."""
         started = time.perf_counter()
         try:
             process = subprocess.Popen(
                 [*self.argv, *arguments],
-                cwd=cwd,
+                cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -115,9 +119,9 @@ class Implementation:
             return Run(None, stdout, stderr, time.perf_counter() - started, timed_out=True)
         return Run(process.returncode, stdout, stderr, time.perf_counter() - started)
 
-    def describe(self, *, cwd: Path) -> Description:
+    def describe(self) -> Description:
         """The ``--describe`` handshake; refuses protocol versions this harness does not know."""
-        run = self.run(["--describe"], cwd=cwd)
+        run = self.run(["--describe"])
         if run.timed_out or run.returncode != 0:
             status = "timed out" if run.timed_out else f"exited {run.returncode}"
             raise HarnessError(

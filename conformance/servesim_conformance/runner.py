@@ -17,7 +17,8 @@ from servesim_conformance.outcomes import CaseResult, Difference, Outcome
 
 REPORT_NAME = "report.json"
 
-#: Smoke cases that all fail mean the adapter, not the simulator, is broken.
+#: Smoke cases that all fail without one usable report mean the adapter, not the simulator,
+#: is broken (a wrong report still shows the command runs and writes reports).
 ADAPTER_BROKEN = (
     "adapter broken: every smoke case failed, so the command or its wrapper is probably wrong "
     "(check the --describe output and that `COMMAND --scenario ... --output ...` writes a report)"
@@ -74,7 +75,7 @@ def judge_report(data: bytes, expected: bytes) -> tuple[Outcome, str, Difference
 
 def run_valid(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
     """A valid case must exit 0 and write exactly the expected report."""
-    run = implementation.run(replay_arguments(workdir, trace=case.trace), cwd=workdir)
+    run = implementation.run(replay_arguments(workdir, trace=case.trace))
     details = _details(implementation, run)
     problem = _process_problem(run, implementation)
     if problem is not None:
@@ -112,7 +113,7 @@ def run_valid(case: Case, implementation: Implementation, workdir: Path) -> Case
 
 def run_invalid(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
     """An invalid case must exit 2 and leave no report."""
-    run = implementation.run(replay_arguments(workdir, trace=False), cwd=workdir)
+    run = implementation.run(replay_arguments(workdir, trace=False))
     details = _details(implementation, run)
     problem = _process_problem(run, implementation)
     if problem is not None:
@@ -187,6 +188,13 @@ def run_case(
     )
 
 
+def adapter_broken(smoke_results: list[CaseResult]) -> bool:
+    """Whether every smoke case that ran failed without producing a schema-valid report."""
+    ran = [result for result in smoke_results if result.outcome is not Outcome.SKIP]
+    unusable = {Outcome.ERROR, Outcome.TIMEOUT, Outcome.INVALID_REPORT}
+    return bool(ran) and all(result.outcome in unusable for result in ran)
+
+
 def run_cases(
     cases: Iterable[Case],
     implementation: Implementation,
@@ -209,8 +217,7 @@ def run_cases(
         )
         results.append(result)
         on_result(result)
-    ran = [r for r in results if r.outcome is not Outcome.SKIP]
-    if ran and all(r.outcome.is_problem for r in ran):
+    if adapter_broken(results):
         return results, True
     for case in rest:
         result = run_case(case, implementation, description, expected_failures=expected_failures)

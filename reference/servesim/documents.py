@@ -43,6 +43,12 @@ class Document:
     value: dict[str, Any]
 
 
+def as_json(value: Any, limit: int = 80) -> str:
+    """``value`` written as JSON, shortened for messages (users wrote JSON, not Python)."""
+    text = repr(value) if isinstance(value, _OversizedInteger) else json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def pointer(parts: Iterable[str | int]) -> str:
     """The RFC 6901 JSON pointer for a path of keys and indices."""
     return str(JsonPointer.from_parts([str(part) for part in parts]).path)
@@ -69,6 +75,38 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: Integers with more digits than this are far beyond every bound in the schemas (2**64 has 20).
+_MAX_INTEGER_DIGITS = 40
+
+
+class _OversizedInteger(int):
+    """Stands in for an integer literal too long to convert cheaply; it exceeds every maximum.
+
+    Converting a many-thousand-digit literal costs time quadratic in its length (and Python
+    refuses beyond 4300 digits), so the literal is kept only as its digit count.
+    """
+
+    digits: int
+
+    def __new__(cls, literal: str) -> _OversizedInteger:
+        negative = literal.startswith("-")
+        value = super().__new__(
+            cls, -(10**_MAX_INTEGER_DIGITS) if negative else 10**_MAX_INTEGER_DIGITS
+        )
+        value.digits = len(literal.lstrip("-"))
+        return value
+
+    def __repr__(self) -> str:
+        sign = "negative " if self < 0 else ""
+        return f"a {sign}{self.digits}-digit integer"
+
+
+def _parse_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > _MAX_INTEGER_DIGITS:
+        return _OversizedInteger(literal)
+    return int(literal)
+
+
 def parse_json(data: bytes, file: str) -> Any:
     """R1: UTF-8 JSON text without duplicate keys, NaN or Infinity."""
     try:
@@ -79,7 +117,10 @@ def parse_json(data: bytes, file: str) -> Any:
         ) from None
     try:
         return json.loads(
-            text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant
+            text,
+            object_pairs_hook=_reject_duplicate_keys,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
         )
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
@@ -87,7 +128,10 @@ def parse_json(data: bytes, file: str) -> Any:
         if not text.strip():
             message = "the file is empty; expected a JSON object"
         raise InvalidInput([InputProblem(file, "", message)]) from None
-    except ValueError as error:  # duplicate keys, NaN, Infinity, integers over 4300 digits
+    except RecursionError:
+        message = "nested too deeply to read (arrays and objects inside each other)"
+        raise InvalidInput([InputProblem(file, "", message)]) from None
+    except ValueError as error:  # duplicate keys, NaN, Infinity
         raise InvalidInput([InputProblem(file, "", f"not valid JSON: {error}")]) from None
 
 
@@ -101,27 +145,30 @@ def check_header(value: Any, file: str, expected_kind: str | None) -> tuple[str,
         raise InvalidInput([InputProblem(file, "", f"expected a JSON object, found {found}")])
     kinds = expected_kind if expected_kind is not None else ", ".join(sorted(SUPPORTED_VERSIONS))
     kind = value.get("document")
-    if kind not in SUPPORTED_VERSIONS:
-        detail = "missing" if "document" not in value else f"{kind!r} is not a known kind"
+    if not isinstance(kind, str) or kind not in SUPPORTED_VERSIONS:
+        detail = "missing" if "document" not in value else f"{as_json(kind)} is not a known kind"
         raise InvalidInput([InputProblem(file, "/document", f"{detail}; expected one of: {kinds}")])
     if expected_kind is not None and kind != expected_kind:
         raise InvalidInput(
             [
                 InputProblem(
-                    file, "/document", f"expected a {expected_kind} document, found {kind!r}"
+                    file, "/document", f"expected a {expected_kind} document, found {as_json(kind)}"
                 )
             ]
         )
     version = value.get("schema_version")
     supported = SUPPORTED_VERSIONS[kind]
-    if version not in supported:
-        detail = "missing" if "schema_version" not in value else f"{version!r} is not supported"
+    if not isinstance(version, str) or version not in supported:
+        detail = (
+            "missing" if "schema_version" not in value else f"{as_json(version)} is not supported"
+        )
         raise InvalidInput(
             [
                 InputProblem(
                     file,
                     "/schema_version",
-                    f"{detail}; this implementation reads {kind} versions: {', '.join(supported)}",
+                    f"{detail}; this implementation reads {kind} versions: "
+                    + ", ".join(as_json(version) for version in supported),
                 )
             ]
         )
@@ -133,7 +180,7 @@ def check_header(value: Any, file: str, expected_kind: str | None) -> tuple[str,
 
 def _is_json_integer(_checker: Any, instance: Any) -> bool:
     # R1: an integer is written without fraction or exponent, and a boolean is not an integer.
-    return type(instance) is int
+    return isinstance(instance, int) and not isinstance(instance, bool)
 
 
 _StrictValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
@@ -147,7 +194,29 @@ def _validator(kind: str, version: str) -> Any:
     return _StrictValidator(load_schema(kind, version))
 
 
+def _message(error: jsonschema.ValidationError) -> str:
+    """What was expected, in JSON terms, for one schema error."""
+    expected: Any = error.validator_value
+    if error.validator == "type":
+        names = " or ".join(expected) if isinstance(expected, list) else str(expected)
+        return f"expected {names}, found {as_json(error.instance)}"
+    if error.validator in {"const", "enum"}:
+        choices = [expected] if error.validator == "const" else list(expected)
+        message = f"expected {', '.join(as_json(choice) for choice in choices)}"
+        message += f"; found {as_json(error.instance)}"
+    elif error.validator == "required":
+        message = f"missing required property: {error.message.split(' is a required')[0]}"
+    else:
+        message = error.message
+    schema_path = list(error.absolute_schema_path)
+    if "dependentSchemas" in schema_path:
+        present = schema_path[schema_path.index("dependentSchemas") + 1]
+        message = f"{message}, because {present!r} is present"
+    return message
+
+
 def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem]:
+    """One schema error as problems; an unexpected property is reported at its own pointer."""
     path = list(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         declared = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
@@ -160,14 +229,7 @@ def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem
             )
             for key in sorted(set(error.instance) - set(allowed))
         ]
-    message = error.message
-    if error.validator == "required":
-        message = f"missing required property: {message.split(' is a required')[0]}"
-    schema_path = list(error.absolute_schema_path)
-    if "dependentSchemas" in schema_path:
-        present = schema_path[schema_path.index("dependentSchemas") + 1]
-        message = f"{message}, because {present!r} is present"
-    return [InputProblem(file, pointer(path), message)]
+    return [InputProblem(file, pointer(path), _message(error))]
 
 
 def schema_problems(

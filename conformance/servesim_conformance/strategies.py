@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.helpers import timing_doc
+from servesim_conformance.documents import timing_doc
 
 
 @st.composite

@@ -1,0 +1,211 @@
+"""Properties every conforming report has, checked from the inputs and the report alone.
+
+These are the spec's invariants (SPEC.md R9 to R11, R16 to R21, R25 to R30) restated as checks
+on observable output, so that they run against any implementation. Each check raises
+``InvariantViolation`` naming the rule and the offending request or step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Document = dict[str, Any]
+
+
+class InvariantViolation(AssertionError):
+    """A report breaks a rule of the specification."""
+
+
+def _require(condition: bool, rule: str, message: str) -> None:
+    if not condition:
+        raise InvariantViolation(f"{rule}: {message}")
+
+
+def expected_reject_reason(request: Document, scheduler: Document) -> str | None:
+    """R10, restated: the reason ``request`` is rejected, or None."""
+    if request["prompt_tokens"] == 0:
+        return "empty_prompt"
+    if request["max_output_tokens"] == 0:
+        return "zero_max_output_tokens"
+    if request["prompt_tokens"] + request["max_output_tokens"] > scheduler["max_model_len"]:
+        return "context_exceeds_max_model_len"
+    whole = scheduler["prefill"]["mode"] == "whole"
+    if whole and request["prompt_tokens"] > scheduler["max_batched_tokens"]:
+        return "prefill_exceeds_step_budget"
+    return None
+
+
+def check_terminal_states(scenario: Document, workload: Document, report: Document) -> None:
+    """R9 to R11, R26: one entry per request, in order, each in exactly one terminal state."""
+    entries = report["requests"]
+    ids = [entry["id"] for entry in entries]
+    _require(
+        ids == [r["id"] for r in workload["requests"]], "R26", "requests not in workload order"
+    )
+    for request, entry in zip(workload["requests"], entries, strict=True):
+        rid = request["id"]
+        reason = expected_reject_reason(request, scenario["scheduler"])
+        _require(entry["reject_reason"] == reason, "R10", f"{rid}: reason {entry['reject_reason']}")
+        if reason is None:
+            _require(entry["outcome"] == "completed", "R9", f"{rid} did not complete")
+            count = request["max_output_tokens"]
+            _require(entry["output_tokens"] == count, "R11", f"{rid}: wrong output_tokens")
+            _require(len(entry["token_times_us"]) == count, "R11", f"{rid}: wrong token count")
+            last = entry["token_times_us"][-1]
+            _require(entry["completion_us"] == entry["terminal_us"] == last, "R26", f"{rid}: end")
+            _require(0 <= entry["worker"] < scenario["fleet"]["workers"], "R12", f"{rid}: worker")
+        else:
+            _require(entry["outcome"] == "rejected", "R9", f"{rid} should be rejected")
+            _require(entry["worker"] is None, "R10", f"{rid}: a rejected request was routed")
+            _require(entry["terminal_us"] == entry["arrival_us"], "R10", f"{rid}: rejection time")
+            _require(entry["token_times_us"] == [], "R10", f"{rid}: rejected with tokens")
+    summary = report["summary"]
+    _require(
+        summary["completed"] + summary["rejected"] == summary["requests"] == len(entries),
+        "R28",
+        "counts do not add up",
+    )
+    _require(sum(summary["rejected_by_reason"].values()) == summary["rejected"], "R28", "by reason")
+
+
+def check_step_budgets(scenario: Document, report: Document) -> None:
+    """R17 to R19, R21: no step over max_num_seqs or max_batched_tokens or the chunk cap;
+    no request over max_model_len."""
+    limits = scenario["scheduler"]
+    for index, step in enumerate(report["trace"] or []):
+        where = f"trace step {index}"
+        ids = step["decode_requests"] + [item["id"] for item in step["prefill"]]
+        _require(len(ids) == len(set(ids)), "R17", f"{where}: a request appears twice")
+        _require(len(ids) <= limits["max_num_seqs"], "R19", f"{where}: over max_num_seqs")
+        batched = len(step["decode_requests"]) + step["prefill_tokens"]
+        _require(step["batched_tokens"] == batched, "R30", f"{where}: batched_tokens")
+        _require(1 <= batched <= limits["max_batched_tokens"], "R21", f"{where}: over the budget")
+        if limits["prefill"]["mode"] == "chunked":
+            cap = limits["prefill"]["max_chunk_tokens"]
+            _require(all(i["tokens"] <= cap for i in step["prefill"]), "R19", f"{where}: chunk")
+    for entry in report["requests"]:
+        if entry["outcome"] == "completed":
+            context = entry["prompt_tokens"] + entry["output_tokens"]
+            _require(context <= limits["max_model_len"], "R21", f"{entry['id']}: context")
+
+
+def check_token_times(report: Document) -> None:
+    """R20, R21, R26: token times strictly increase, follow arrival, and give the latencies."""
+    for entry in report["requests"]:
+        times, rid = entry["token_times_us"], entry["id"]
+        _require(times == sorted(set(times)), "R21", f"{rid}: token times do not increase")
+        if not times:
+            continue
+        _require(
+            entry["arrival_us"] <= entry["first_scheduled_us"] < times[0], "R21", f"{rid}: order"
+        )
+        _require(entry["queue_us"] == entry["first_scheduled_us"] - entry["arrival_us"], "R26", rid)
+        _require(entry["ttft_us"] == times[0] - entry["arrival_us"], "R26", f"{rid}: ttft")
+        _require(entry["e2e_us"] == times[-1] - entry["arrival_us"], "R26", f"{rid}: e2e")
+
+
+def check_trace_consistency(report: Document) -> None:
+    """R16, R20, R30: steps of a worker never overlap, start only when there is work, and
+    account for every prompt token and every decode token."""
+    trace = report["trace"]
+    _require(
+        trace == sorted(trace, key=lambda s: (s["start_us"], s["worker"])), "R30", "trace order"
+    )
+    by_worker: dict[int, list[Document]] = defaultdict(list)
+    for step in trace:
+        by_worker[step["worker"]].append(step)
+    entries = {entry["id"]: entry for entry in report["requests"]}
+    prefilled: dict[str, int] = defaultdict(int)
+    decoded: dict[str, int] = defaultdict(int)
+    for worker, steps in by_worker.items():
+        arrivals = {e["arrival_us"] for e in report["requests"] if e["worker"] == worker}
+        previous_end = None
+        for step in steps:
+            where = f"worker {worker} step at {step['start_us']}"
+            _require(step["end_us"] > step["start_us"], "R22", f"{where}: empty duration")
+            if previous_end is not None:
+                _require(step["start_us"] >= previous_end, "R16", f"{where}: overlaps")
+            _require(
+                step["start_us"] == previous_end or step["start_us"] in arrivals,
+                "R16",
+                f"{where}: the worker sat idle with work",
+            )
+            previous_end = step["end_us"]
+            for item in step["prefill"]:
+                prefilled[item["id"]] += item["tokens"]
+                _require(entries[item["id"]]["worker"] == worker, "R12", f"{where}: wrong worker")
+            for request_id in step["decode_requests"]:
+                decoded[request_id] += 1
+    for rid, entry in entries.items():
+        if entry["outcome"] == "completed":
+            _require(prefilled[rid] == entry["prompt_tokens"], "R20", f"{rid}: prefill tokens")
+            _require(decoded[rid] == entry["output_tokens"] - 1, "R20", f"{rid}: decode steps")
+        else:
+            _require(rid not in prefilled and rid not in decoded, "R10", f"{rid}: was run")
+
+
+def check_counts(report: Document) -> None:
+    """R28, R29: the summary and the workers add up to the requests (and the trace)."""
+    summary, workers, entries = report["summary"], report["workers"], report["requests"]
+    completed = [e for e in entries if e["outcome"] == "completed"]
+    output = sum(e["output_tokens"] for e in completed)
+    _require(summary["output_tokens"] == output, "R28", "output_tokens")
+    _require(output == sum(w["output_tokens"] for w in workers), "R29", "output_tokens")
+    _require(
+        summary["prompt_tokens"] == sum(w["prefill_tokens"] for w in workers), "R29", "prefill"
+    )
+    _require(summary["steps"] == sum(w["steps"] for w in workers), "R29", "steps")
+    if report["trace"] is not None:
+        _require(summary["steps"] == len(report["trace"]), "R30", "trace length")
+    _require(summary["completed"] == sum(w["completed"] for w in workers), "R29", "completed")
+    _require(sum(w["routed"] for w in workers) == summary["completed"], "R29", "routed")
+    for worker in workers:
+        tokens = worker["decode_tokens"] + worker["completed"]
+        _require(worker["output_tokens"] == tokens, "R29", f"worker {worker['worker']}")
+        _require(worker["busy_us"] <= summary["makespan_us"], "R29", "busy over makespan")
+    gaps = sum(max(0, e["output_tokens"] - 1) for e in completed)
+    _require(summary["itl_us"]["count"] == gaps, "R28", "itl count")
+
+
+def check_digests(inputs: Mapping[str, bytes], report: Document) -> None:
+    """R25: the digests are the SHA-256 of the bytes given."""
+    for role, data in inputs.items():
+        expected = hashlib.sha256(data).hexdigest()
+        _require(report["inputs"][role]["sha256"] == expected, "R25", f"{role} digest")
+
+
+def check_arrival_shift(before: Document, after: Document, shift: int) -> None:
+    """R6, R7 (metamorphic): shifting every arrival by ``shift`` shifts every time by it and
+    changes nothing else."""
+    times = ("arrival_us", "terminal_us", "first_scheduled_us", "first_token_us", "completion_us")
+    same = ("queue_us", "ttft_us", "e2e_us", "mean_itl_us", "worker", "outcome")
+    for old, new in zip(before["requests"], after["requests"], strict=True):
+        for field in times:
+            moved = None if old[field] is None else old[field] + shift
+            _require(new[field] == moved, "R6", f"{old['id']}: {field} did not shift")
+        shifted = [t + shift for t in old["token_times_us"]]
+        _require(new["token_times_us"] == shifted, "R6", f"{old['id']}: token times")
+        for field in same:
+            _require(new[field] == old[field], "R6", f"{old['id']}: {field} changed")
+    for old_step, new_step in zip(before["trace"] or [], after["trace"] or [], strict=True):
+        _require(new_step["start_us"] == old_step["start_us"] + shift, "R6", "step start")
+    for field in ("makespan_us", "queue_us", "ttft_us", "itl_us", "e2e_us", "steps"):
+        _require(after["summary"][field] == before["summary"][field], "R6", f"summary {field}")
+    _require(after["workers"] == before["workers"], "R6", "workers changed")
+
+
+def check_report(scenario: Document, workload: Document, report: Document) -> None:
+    """Every single-run invariant; the report must have been written with ``--trace``."""
+    _require(report["trace"] is not None, "R30", "--trace was given but trace is null")
+    checks: list[Callable[[], None]] = [
+        lambda: check_terminal_states(scenario, workload, report),
+        lambda: check_step_budgets(scenario, report),
+        lambda: check_token_times(report),
+        lambda: check_trace_consistency(report),
+        lambda: check_counts(report),
+    ]
+    for check in checks:
+        check()

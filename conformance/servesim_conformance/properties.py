@@ -1,0 +1,91 @@
+"""The property tier: generated inputs, run through the harness, checked by the invariants.
+
+``PropertyRunner`` runs one generated input triple against an implementation and returns the
+report, raising ``PropertyFailure`` when the run itself misbehaves. Differential mode compares
+with the reference's bytes; ``write_case`` turns a (shrunk) divergence into a golden case folder.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import servesim
+from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES
+from servesim_conformance.implementation import Implementation
+from servesim_conformance.runner import REPORT_NAME, replay_arguments
+
+Documents = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
+
+
+class PropertyFailure(AssertionError):
+    """The implementation did not produce a report for valid generated input."""
+
+
+def encode(document: dict[str, Any]) -> bytes:
+    """The bytes a generated document is written as (indented, final newline)."""
+    return (json.dumps(document, indent=2) + "\n").encode()
+
+
+def input_bytes(documents: Documents) -> dict[str, bytes]:
+    """Role -> the bytes written for each generated document."""
+    return {role: encode(doc) for role, doc in zip(INPUT_FILES, documents, strict=True)}
+
+
+def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
+    """The reference's report bytes for generated documents, in-process."""
+    loaded = [
+        servesim.load_document(data, INPUT_FILES[role], role)
+        for role, data in input_bytes(documents).items()
+    ]
+    return servesim.replay_documents(*loaded, trace=trace)
+
+
+@dataclass(frozen=True)
+class PropertyRunner:
+    """Runs generated documents through an implementation, one temporary folder per run."""
+
+    implementation: Implementation
+
+    def report_bytes(self, documents: Documents, *, trace: bool = True) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="servesim-property-") as temporary:
+            folder = Path(temporary)
+            for role, data in input_bytes(documents).items():
+                (folder / INPUT_FILES[role]).write_bytes(data)
+            run = self.implementation.run(replay_arguments(folder, trace=trace))
+            if run.timed_out:
+                raise PropertyFailure(f"timed out after {self.implementation.timeout_s:g} s")
+            report = folder / REPORT_NAME
+            if run.returncode != 0 or not report.is_file():
+                raise PropertyFailure(
+                    f"exit code {run.returncode} on valid input"
+                    f"{'' if report.is_file() else ' and no report'}; stderr: "
+                    f"{run.stderr.strip()[-500:]}"
+                )
+            return report.read_bytes()
+
+    def report(self, documents: Documents, *, trace: bool = True) -> dict[str, Any]:
+        data = self.report_bytes(documents, trace=trace)
+        try:
+            value: dict[str, Any] = servesim.load_document(data, REPORT_NAME, "report").value
+        except servesim.InvalidInput as error:
+            raise PropertyFailure(f"invalid report: {error}") from None
+        return value
+
+
+def write_case(folder: Path, documents: Documents, *, note: str) -> Path:
+    """Write ``documents`` and the reference's report as a ready-to-add golden case folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for role, data in input_bytes(documents).items():
+        (folder / INPUT_FILES[role]).write_bytes(data)
+    (folder / EXPECTED_REPORT).write_bytes(reference_report(documents))
+    (folder / "DIVERGENCE.md").write_text(
+        f"# Divergence found by the property tier\n\n{note}\n\nTo keep it: move this folder to "
+        "golden/valid/<name>/, add a manifest entry, and derive the expected values by hand in "
+        "DERIVATION.md before trusting expected-report.json.\n",
+        encoding="utf-8",
+    )
+    return folder
