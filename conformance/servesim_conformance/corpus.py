@@ -77,11 +77,15 @@ class Corpus:
 
 
 def default_corpus_root() -> Path:
-    """``$SERVESIM_GOLDEN`` or the ``golden/`` folder of this checkout."""
+    """``$SERVESIM_GOLDEN``, else the ``golden/`` folder of this source checkout, else the copy
+    installed with the package."""
     configured = os.environ.get("SERVESIM_GOLDEN")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / "golden"
+    checkout = Path(__file__).resolve().parents[2] / "golden"
+    if (checkout / "manifest.json").is_file():
+        return checkout
+    return Path(__file__).resolve().parent / "golden"
 
 
 def load_corpus(root: Path | None = None) -> Corpus:

@@ -1,0 +1,100 @@
+"""Corpus lint: the golden corpus is itself checked (run alone with ``tox -e corpus``).
+
+Every input and expected report validates, ids are unique and stable in form, the manifest and
+the folders agree, every rule of the spec is covered, and small cases carry a derivation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import servesim
+from servesim.errors import ServesimError
+from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, load_corpus
+from tests.golden_snapshots import GOLDEN
+from tests.helpers import REPO
+
+CORPUS = load_corpus(GOLDEN)
+VALID = [case for case in CORPUS.cases if case.valid]
+INVALID = [case for case in CORPUS.cases if not case.valid]
+#: Rules about servesim's own tools, not about what an implementation must do.
+TOOL_RULES = {"R33"}
+#: A valid case at most this big must carry a hand derivation.
+SMALL_CASE_REQUESTS = 6
+
+
+def _spec_rules() -> set[str]:
+    text = (REPO / "SPEC.md").read_text(encoding="utf-8")
+    return {f"R{n}" for n in re.findall(r"^\*\*R(\d+)\. ", text, flags=re.MULTILINE)}
+
+
+def test_case_ids_are_unique() -> None:
+    ids = [case.id for case in CORPUS.cases]
+    assert len(ids) == len(set(ids))
+
+
+def test_manifest_and_folders_agree() -> None:
+    folders = {
+        f"{kind}/{path.name}"
+        for kind in ("valid", "invalid")
+        for path in (GOLDEN / kind).iterdir()
+        if path.is_dir()
+    }
+    assert folders == {case.id for case in CORPUS.cases}
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(VALID) >= 40
+    assert len(INVALID) >= 30
+    assert sum(case.smoke for case in CORPUS.cases) == 3
+
+
+def test_every_rule_is_covered_by_a_case() -> None:
+    covered = {rule for case in CORPUS.cases for rule in case.rules}
+    assert covered <= _spec_rules(), "cases name rules the spec does not have"
+    assert _spec_rules() - TOOL_RULES - covered == set()
+
+
+@pytest.mark.parametrize("case", VALID, ids=[case.id for case in VALID])
+def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no-untyped-def]
+    for role, name in INPUT_FILES.items():
+        servesim.read_document(case.folder / name, role)
+    servesim.read_document(case.expected_report, "report")
+    report = json.loads(case.expected_report.read_bytes())
+    assert (report["trace"] is not None) == case.trace
+    if case.trace:
+        assert "trace" in case.features
+    scenario = json.loads((case.folder / "scenario.json").read_bytes())
+    assert ("prefill.chunked" in case.features) == (
+        scenario["scheduler"]["prefill"]["mode"] == "chunked"
+    )
+    assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
+
+
+@pytest.mark.parametrize("case", VALID, ids=[case.id for case in VALID])
+def test_small_valid_case_has_a_derivation(case) -> None:  # type: ignore[no-untyped-def]
+    workload = json.loads((case.folder / "workload.json").read_bytes())
+    if len(workload["requests"]) <= SMALL_CASE_REQUESTS:
+        assert (case.folder / "DERIVATION.md").is_file()
+
+
+@pytest.mark.parametrize("case", INVALID, ids=[case.id for case in INVALID])
+def test_invalid_case_is_rejected_and_has_no_report(case) -> None:  # type: ignore[no-untyped-def]
+    assert not (case.folder / EXPECTED_REPORT).exists()
+    assert case.fault
+    assert "R5" in case.rules
+    paths = case.input_paths()
+    with pytest.raises(ServesimError):
+        servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+
+
+def test_every_case_folder_has_exactly_its_files() -> None:
+    allowed = {*INPUT_FILES.values(), EXPECTED_REPORT, "DERIVATION.md"}
+    for case in CORPUS.cases:
+        names = {path.name for path in Path(case.folder).iterdir()}
+        assert set(INPUT_FILES.values()) <= names, case.id
+        assert names <= allowed, case.id
