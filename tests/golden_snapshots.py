@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from syrupy.data import Snapshot, SnapshotCollection
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from tests.helpers import REPO
@@ -30,12 +31,26 @@ class GoldenReportExtension(SingleFileSnapshotExtension):
         return str(VALID / str(index) / EXPECTED_REPORT)
 
     @classmethod
+    def get_snapshot_name(cls, *, test_location: Any, index: Any = 0) -> str:
+        return str(index)
+
+    def read_snapshot_collection(self, *, snapshot_location: str) -> SnapshotCollection:
+        # Named after the case folder, as get_snapshot_name() names it, so that syrupy sees the
+        # report as used rather than as an orphan to delete.
+        collection = SnapshotCollection(location=snapshot_location)
+        collection.add(Snapshot(name=Path(snapshot_location).parent.name))
+        return collection
+
+    @classmethod
     def dirname(cls, *, test_location: Any) -> str:
         return str(VALID)
 
     @classmethod
     def discovery_dirname(cls, *, test_location: Any) -> str:
-        return str(VALID)
+        # Different from dirname() on purpose: syrupy then treats discovery as directory-scoped
+        # and claims only the files this extension owns. With the two equal, it would count every
+        # input file under golden/valid/ as an unknown snapshot and delete it on --snapshot-update.
+        return str(GOLDEN)
 
     def is_snapshot_location(self, *, location: str) -> bool:
         return Path(location).name == EXPECTED_REPORT
