@@ -28,7 +28,7 @@ def expected_failures_document(name: str, results: Iterable[CaseResult]) -> dict
     return {
         "implementation": name,
         "expected_failures": [
-            {"id": r.case_id, "reason": f"{r.outcome.value}: {r.message}"[:300], "link": ""}
+            {"id": r.case_id, "reason": f"{r.outcome.value}: {r.message}"[:160], "link": ""}
             for r in results
             if r.outcome.is_problem and r.case_id.startswith(("valid/", "invalid/"))
         ],

@@ -6,6 +6,7 @@ reported, and skips never count as passes (SPEC.md-independent: this is the harn
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -59,8 +60,13 @@ class Difference:
         )
 
 
-def _short(value: object, limit: int = 120) -> str:
-    text = repr(value)
+def _short(value: object, limit: int = 100) -> str:
+    """``value`` as compact JSON, cut to ``limit`` characters; arrays and objects by size."""
+    if isinstance(value, list) and value:
+        return f"an array of {len(value)} items"
+    if isinstance(value, dict) and value:
+        return f"an object with {len(value)} members"
+    text = json.dumps(value) if value != "(missing)" else "(missing)"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
