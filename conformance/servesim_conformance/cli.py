@@ -60,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="write a first expected-failure manifest listing every case that did not pass",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="list passing cases too")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="list passing and expected-failing cases too"
+    )
 
 
 def _implementation(arguments: argparse.Namespace) -> tuple[Implementation, dict[str, str]]:
@@ -79,7 +81,7 @@ def _implementation(arguments: argparse.Namespace) -> tuple[Implementation, dict
 
 
 def _print_result(result: CaseResult, *, verbose: bool) -> None:
-    if result.outcome is Outcome.PASS and not verbose:
+    if result.outcome in {Outcome.PASS, Outcome.XFAIL} and not verbose:
         return
     line = f"{result.outcome.value.upper():>14}  {result.case_id}"
     if result.message:

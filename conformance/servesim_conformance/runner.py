@@ -181,7 +181,7 @@ def run_case(
         case.id,
         tier,
         Outcome.XFAIL,
-        f"expected failure ({reason}): {result.message}",
+        f"expected failure: {reason}",
         result.duration_s,
         result.difference,
         result.details,
