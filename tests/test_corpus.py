@@ -7,7 +7,6 @@ the folders agree, every rule of the spec is covered, and small cases carry a de
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 import servesim
 from servesim.errors import ServesimError
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, load_corpus
+from servesim_conformance.coverage import coverage_table, spec_rules
 from tests.golden_snapshots import GOLDEN
 from tests.helpers import REPO
 
@@ -28,8 +28,7 @@ SMALL_CASE_REQUESTS = 6
 
 
 def _spec_rules() -> set[str]:
-    text = (REPO / "SPEC.md").read_text(encoding="utf-8")
-    return {f"R{n}" for n in re.findall(r"^\*\*R(\d+)\. ", text, flags=re.MULTILINE)}
+    return set(spec_rules((REPO / "SPEC.md").read_text(encoding="utf-8")))
 
 
 def test_case_ids_are_unique() -> None:
@@ -90,6 +89,14 @@ def test_invalid_case_is_rejected_and_has_no_report(case) -> None:  # type: igno
     paths = case.input_paths()
     with pytest.raises(ServesimError):
         servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+
+
+def test_coverage_table_is_current() -> None:
+    spec = (REPO / "SPEC.md").read_text(encoding="utf-8")
+    expected = coverage_table(CORPUS, spec_rules(spec))
+    assert (GOLDEN / "COVERAGE.md").read_text(encoding="utf-8") == expected, (
+        "regenerate: python -m servesim_conformance.coverage SPEC.md > golden/COVERAGE.md"
+    )
 
 
 def test_every_case_folder_has_exactly_its_files() -> None:

@@ -71,7 +71,8 @@ def _implementation(arguments: argparse.Namespace) -> tuple[Implementation, dict
         implementation, manifest_expected = Implementation.from_manifest(arguments.manifest)
         expected_path = expected_path or manifest_expected
     else:
-        implementation = Implementation.from_command_line(arguments.impl or REFERENCE_COMMAND)
+        command = REFERENCE_COMMAND if arguments.impl is None else arguments.impl
+        implementation = Implementation.from_command_line(command)
     if arguments.timeout is not None:
         implementation = Implementation(
             implementation.argv, arguments.timeout, implementation.name, implementation.cwd

@@ -1,0 +1,134 @@
+"""``servesim conform``: exit codes, the run report and its schema, expected-failure files,
+and the property tier's runner against broken implementations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servesim_conformance.implementation import Implementation
+from servesim_conformance.properties import PropertyFailure, PropertyRunner, write_case
+from servesim_conformance.schemas import validate_harness_document
+from tests.helpers import REPO, scenario_doc, timing_doc, workload_doc
+
+FAKE = REPO / "tests" / "fakes" / "fake_sim.py"
+SMOKE = ["--case", "valid/smoke-*", "--case", "invalid/zero-workers"]
+
+
+def conform(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "servesim", "conform", *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def fake_command(mode: str) -> str:
+    return f"{sys.executable} {FAKE} {mode}"
+
+
+def test_reference_passes_and_writes_valid_run_report(tmp_path: Path) -> None:
+    report, markdown = tmp_path / "run.json", tmp_path / "summary.md"
+    result = conform(*SMOKE, "--report-json", report, "--markdown", markdown)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 pass" in result.stdout
+    value = json.loads(report.read_text())
+    assert validate_harness_document("run-report", value) == []
+    assert value["summary"]["pass"] == 4
+    assert [case["tier"] for case in value["cases"]] == ["smoke", "smoke", "smoke", "invalid"]
+    assert "No failures." in markdown.read_text()
+
+
+def test_failures_exit_1_and_are_listed(tmp_path: Path) -> None:
+    markdown = tmp_path / "summary.md"
+    result = conform("--impl", fake_command("wrong-numbers"), *SMOKE, "--markdown", markdown)
+    assert result.returncode == 1
+    assert "FAIL  valid/smoke-one-request  first difference at /requests/0/" in result.stdout
+    assert "| `valid/smoke-one-request` | fail |" in markdown.read_text()
+
+
+def test_written_expected_failures_make_the_next_run_green(tmp_path: Path) -> None:
+    listed = tmp_path / "expected-failures.json"
+    command = fake_command("ignore-trace")
+    first = conform("--impl", command, *SMOKE, "--write-expected-failures", listed)
+    assert first.returncode == 1
+    document = json.loads(listed.read_text())
+    assert validate_harness_document("expected-failures", document) == []
+    assert len(document["expected_failures"]) == 3
+    second = conform("--impl", command, *SMOKE, "--expected-failures", listed)
+    assert second.returncode == 0, second.stdout
+    assert "1 pass, 3 xfail" in second.stdout
+    strict = conform(*SMOKE, "--expected-failures", listed)  # the honest reference
+    assert strict.returncode == 1
+    assert "XPASS" in strict.stdout
+
+
+def test_adapter_broken_stops_the_run() -> None:
+    result = conform("--impl", fake_command("no-report"))
+    assert result.returncode == 1
+    assert "adapter broken" in result.stderr
+    assert result.stdout.count("ERROR") == 3
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("", "empty"),
+        ("/nonexistent/simulator", "cannot start"),
+        (fake_command("bad-protocol"), "protocol 99"),
+    ],
+)
+def test_unusable_implementation_exits_2(command: str, message: str) -> None:
+    result = conform("--impl", command)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_feature_filter_selects_tagged_cases() -> None:
+    result = conform("--feature", "routing.random", "-v")
+    assert result.returncode == 0
+    listed = [line.split()[1] for line in result.stdout.splitlines() if "PASS" in line]
+    assert listed
+    assert all("random" in case or "mixed" in case for case in listed)
+
+
+DOCUMENTS = (
+    scenario_doc(workers=2, max_num_seqs=2, max_batched_tokens=16),
+    workload_doc(("a", 0, 5, 3), ("b", 0, 7, 2), ("c", 100, 3, 4)),
+    timing_doc(),
+)
+
+
+def test_property_runner_sees_nondeterminism() -> None:
+    runner = PropertyRunner(Implementation.from_command_line(fake_command("nondeterministic")))
+    assert runner.report_bytes(DOCUMENTS) != runner.report_bytes(DOCUMENTS)
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [("crash", "exit code 1"), ("no-report", "no report"), ("schema-invalid", "invalid report")],
+)
+def test_property_runner_refuses_broken_runs(mode: str, message: str) -> None:
+    runner = PropertyRunner(Implementation.from_command_line(fake_command(mode)))
+    with pytest.raises(PropertyFailure, match=message):
+        runner.report(DOCUMENTS)
+
+
+def test_divergence_is_written_as_a_golden_case(tmp_path: Path) -> None:
+    folder = write_case(tmp_path / "diverged", DOCUMENTS, note="test")
+    names = sorted(path.name for path in folder.iterdir())
+    assert names == [
+        "DIVERGENCE.md",
+        "expected-report.json",
+        "scenario.json",
+        "timing-profile.json",
+        "workload.json",
+    ]
+    report = json.loads((folder / "expected-report.json").read_text())
+    assert [entry["id"] for entry in report["requests"]] == ["a", "b", "c"]
