@@ -10,12 +10,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
 
 from servesim import __version__
 from servesim.canonical import write_atomically
 from servesim.describe import description
 from servesim.documents import read_document
 from servesim.errors import InvalidInput, ServesimError
+from servesim.importers import READERS, ImportOptions, select, workload_bytes
 from servesim.replay import replay
 
 EXIT_OK = 0
@@ -64,6 +67,37 @@ def _parser() -> argparse.ArgumentParser:
     )
     validate_parser.add_argument("files", nargs="+", metavar="FILE")
 
+    import_parser = commands.add_parser(
+        "import",
+        help="turn a public request trace into a workload document",
+        description="Import a Mooncake (JSON Lines) or Azure LLM inference (CSV) trace as a "
+        "workload. Arrivals are integer microseconds after the first record; request ids are "
+        "<format>-L<line>. Exit 2 on a malformed record, naming the file, line and field; "
+        "nothing is written then.",
+    )
+    import_parser.add_argument("format", choices=sorted(READERS), help="the trace's format")
+    import_parser.add_argument("trace", metavar="FILE", help="the trace file")
+    import_parser.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the workload to write"
+    )
+    import_parser.add_argument(
+        "--limit", type=_positive_int, metavar="N", help="keep the first N requests"
+    )
+    import_parser.add_argument(
+        "--window",
+        nargs=2,
+        type=_non_negative_fraction,
+        metavar=("START", "END"),
+        help="keep arrivals in [START, END) seconds after the first record, re-based to START",
+    )
+    import_parser.add_argument(
+        "--speedup",
+        type=_positive_fraction,
+        default=Fraction(1),
+        metavar="FACTOR",
+        help="divide every arrival by FACTOR (rounded down to a microsecond); default 1",
+    )
+
     conform_parser = commands.add_parser(
         "conform",
         help="check an implementation against the conformance suite",
@@ -73,6 +107,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_conform_arguments(conform_parser)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text}")
+    return value
+
+
+def _non_negative_fraction(text: str) -> Fraction:
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, found {text}")
+    return value
+
+
+def _positive_fraction(text: str) -> Fraction:
+    value = _non_negative_fraction(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a positive number, found 0")
+    return value
 
 
 def _add_conform_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,6 +188,40 @@ def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     return EXIT_OK
 
 
+def _import(arguments: argparse.Namespace) -> int:
+    window = arguments.window or (Fraction(0), None)
+    options = ImportOptions(
+        limit=arguments.limit,
+        window_start_s=window[0],
+        window_end_s=window[1],
+        speedup=arguments.speedup,
+    )
+    try:
+        records = select(READERS[arguments.format](Path(arguments.trace)), options)
+        data, count = workload_bytes(arguments.format, records)
+    except ServesimError as error:
+        return _report_invalid(error)
+    except OSError as error:
+        print(f"servesim: cannot read {arguments.trace}: {error.strerror}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    if count == 0:
+        print(f"servesim: {arguments.trace}: no request is left to import", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    try:
+        write_atomically(arguments.output, data)
+    except OSError as error:
+        print(f"servesim: cannot write {arguments.output}: {error.strerror}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    if arguments.format == "mooncake":
+        print(
+            "servesim: note: Mooncake prefix hash_ids were dropped (the v1 workload cannot hold "
+            "them yet)",
+            file=sys.stderr,
+        )
+    print(f"{arguments.output}: {count} requests")
+    return EXIT_OK
+
+
 def _validate(arguments: argparse.Namespace) -> int:
     status = EXIT_OK
     for file in arguments.files:
@@ -151,6 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(arguments, parser)
         if arguments.command == "conform":
             return _conform(arguments)
+        if arguments.command == "import":
+            return _import(arguments)
         return _validate(arguments)
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
