@@ -153,18 +153,30 @@ def _worker_entry(worker: Worker, makespan_us: int) -> dict[str, Any]:
     }
 
 
-def _trace_entry(step: Step) -> dict[str, Any]:
-    """R30: one step of the trace."""
+def _trace_entries(step: Step) -> list[dict[str, Any]]:
+    """R30: the trace entries of a step, one per step of a run of identical steps."""
     prefill_tokens = step.prefill_tokens
-    return {
-        "worker": step.worker,
-        "start_us": step.start_us,
-        "end_us": step.end_us,
-        "decode_requests": [state.request.id for state in step.decode],
-        "prefill": [{"id": state.request.id, "tokens": tokens} for state, tokens in step.prefill],
-        "prefill_tokens": prefill_tokens,
-        "batched_tokens": len(step.decode) + prefill_tokens,
-    }
+    decode_requests = [state.request.id for state in step.decode]
+    prefill = [{"id": state.request.id, "tokens": tokens} for state, tokens in step.prefill]
+    return [
+        {
+            "worker": step.worker,
+            "start_us": start,
+            "end_us": start + step.duration_us,
+            "decode_requests": decode_requests,
+            "prefill": prefill,
+            "prefill_tokens": prefill_tokens,
+            "batched_tokens": len(step.decode) + prefill_tokens,
+        }
+        for start in range(step.start_us, step.end_us, step.duration_us)
+    ]
+
+
+def _trace(steps: list[Step]) -> list[dict[str, Any]]:
+    """R30: every step of every worker, in order of (start_us, worker)."""
+    entries = [entry for step in steps for entry in _trace_entries(step)]
+    entries.sort(key=lambda entry: (entry["start_us"], entry["worker"]))
+    return entries
 
 
 def build_report(result: SimulationResult, inputs: dict[str, bytes]) -> dict[str, Any]:
@@ -178,5 +190,5 @@ def build_report(result: SimulationResult, inputs: dict[str, bytes]) -> dict[str
         "summary": _summary(result.requests, result.workers, makespan_us),
         "workers": [_worker_entry(worker, makespan_us) for worker in result.workers],
         "requests": [_request_entry(state) for state in result.requests],
-        "trace": None if result.steps is None else [_trace_entry(step) for step in result.steps],
+        "trace": None if result.steps is None else _trace(result.steps),
     }

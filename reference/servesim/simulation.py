@@ -15,7 +15,7 @@ from servesim.admission import rejection_reason
 from servesim.errors import UnrepresentableTime
 from servesim.model import Scenario, TimingProfile, Workload
 from servesim.routing import make_router
-from servesim.worker import RequestState, Step, Worker
+from servesim.worker import RequestState, Step, Worker, decode_run_length
 
 #: R6: the largest time, in microseconds, that a report can hold exactly (2**53 - 1).
 MAX_TIME_US = (1 << 53) - 1
@@ -34,7 +34,7 @@ class SimulationResult:
     """One state per workload request, in workload order."""
     workers: list[Worker]
     steps: list[Step] | None
-    """Every step, in trace order (R30), when a trace was asked for."""
+    """Every step (runs of identical steps as one), in the order formed, when traced."""
 
 
 def arrival_order(workload: Workload) -> list[int]:
@@ -61,8 +61,10 @@ def simulate(
     queue: list[tuple[int, int, int, int]] = []  # (time_us, priority, sequence, subject)
     sequence = itertools.count()
 
-    def push(time_us: int, priority: int, subject: int) -> None:
-        heapq.heappush(queue, (time_us, priority, next(sequence), subject))
+    def push(time_us: int, priority: int, subject: int) -> int:
+        number = next(sequence)
+        heapq.heappush(queue, (time_us, priority, number, subject))
+        return number
 
     def push_next_arrival() -> None:
         # Arrivals enter the queue one at a time, in arrival order (R8): the queue never holds
@@ -79,9 +81,11 @@ def simulate(
 
     push_next_arrival()
     while queue:
-        now_us, priority, _, subject = heapq.heappop(queue)
+        now_us, priority, number, subject = heapq.heappop(queue)
         if priority == STEP_COMPLETION:
             worker = workers[subject]
+            if number != worker.completion_sequence:
+                continue  # the end of a run that an arrival cut short
             step = worker.in_flight
             assert step is not None
             worker.in_flight = None
@@ -96,6 +100,9 @@ def simulate(
             else:
                 worker = workers[router.route()]
                 worker.enqueue(state)
+                run = worker.in_flight
+                if run is not None and run.truncate_at(now_us):
+                    worker.completion_sequence = push(run.end_us, STEP_COMPLETION, worker.index)
                 request_scheduling(worker, now_us)
             push_next_arrival()
         else:
@@ -110,12 +117,11 @@ def simulate(
                 raise UnrepresentableTime(
                     worker=worker.index, start_us=now_us, duration_us=duration
                 )
-            step = Step(worker.index, now_us, now_us + duration, decode, prefill)
+            step = Step(worker.index, now_us, duration, decode, prefill)
+            step.repeat = decode_run_length(step, MAX_TIME_US)
             worker.in_flight = step
             if steps is not None:
                 steps.append(step)
-            push(step.end_us, STEP_COMPLETION, worker.index)
+            worker.completion_sequence = push(step.end_us, STEP_COMPLETION, worker.index)
 
-    if steps is not None:
-        steps.sort(key=lambda step: (step.start_us, step.worker))  # R30
     return SimulationResult(requests=states, workers=workers, steps=steps)

@@ -36,18 +36,59 @@ class RequestState:
 
 @dataclass(slots=True, eq=False)
 class Step:
-    """One step of one worker: who decodes, who prefills how much, and when (R16 to R20)."""
+    """One step of one worker, or a run of identical decode-only steps (R16 to R20).
+
+    ``repeat`` is how many identical steps of ``duration_us`` the object stands for, back to
+    back from ``start_us`` (see ``decode_run_length``). It is 1 for every step with prefill.
+    """
 
     worker: int
     start_us: int
-    end_us: int
+    duration_us: int
     decode: list[RequestState]
     prefill: list[tuple[RequestState, int]]
+    repeat: int = 1
+
+    @property
+    def end_us(self) -> int:
+        """When the last of the ``repeat`` steps ends."""
+        return self.start_us + self.repeat * self.duration_us
 
     @property
     def prefill_tokens(self) -> int:
-        """The prompt tokens this step prefills, over all requests."""
+        """The prompt tokens one step prefills, over all requests."""
         return sum(tokens for _, tokens in self.prefill)
+
+    def truncate_at(self, now_us: int) -> bool:
+        """Shorten a run to end at the first step boundary at or after ``now_us``.
+
+        Called when a request joins the worker during the run: from that boundary on the steps
+        may differ (the request may be admitted), so they are formed one by one again. Returns
+        whether the run was shortened.
+        """
+        completed_by_now = -(-(now_us - self.start_us) // self.duration_us)
+        if completed_by_now >= self.repeat:
+            return False
+        self.repeat = completed_by_now
+        return True
+
+
+def decode_run_length(step: Step, max_end_us: int) -> int:
+    """How many identical copies of a decode-only step the worker runs back to back.
+
+    Not a rule of the spec but a shortcut that keeps its results: while no request completes
+    and none joins the worker, R17 to R19 form the same decode-only step again and again (no
+    prefill means admission is blocked, by max_num_seqs or a whole prompt that does not fit,
+    and stays blocked until a request leaves). So the run lasts until the first decoding
+    request's last token; a request joining the worker cuts it short (``Step.truncate_at``).
+    """
+    if step.prefill or not step.decode:
+        return 1
+    first_finish = min(
+        state.request.max_output_tokens - len(state.token_times_us) for state in step.decode
+    )
+    representable = (max_end_us - step.start_us) // step.duration_us  # R6: stop at the limit
+    return max(1, min(first_finish, representable))
 
 
 def prefill_allotment(remaining: int, budget: int, limits: SchedulerLimits) -> int:
@@ -67,6 +108,7 @@ class Worker:
     __slots__ = (
         "busy_us",
         "completed",
+        "completion_sequence",
         "decode_tokens",
         "in_flight",
         "index",
@@ -86,6 +128,8 @@ class Worker:
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
         self.in_flight: Step | None = None
+        self.completion_sequence = -1
+        """The event sequence number of the in-flight step's completion; others are stale."""
         self.schedule_pending = False
         self.routed = 0
         self.completed = 0
@@ -146,14 +190,21 @@ class Worker:
         return decode, prefill
 
     def complete_step(self, step: Step) -> list[RequestState]:
-        """R20: apply a finished step; the requests it completed, in running order."""
+        """R20, once per step of the run: apply it; the requests it completed, in running order."""
         end = step.end_us
-        for state in step.decode:
-            state.token_times_us.append(end)
+        if step.repeat == 1:
+            for state in step.decode:
+                state.token_times_us.append(end)
+        else:
+            token_times = range(step.start_us + step.duration_us, end + 1, step.duration_us)
+            for state in step.decode:
+                state.token_times_us.extend(token_times)
+        first_tokens = 0
         for state, tokens in step.prefill:
             state.prefilled += tokens
             if state.decoding:  # the step that finishes the prefill emits the first token
                 state.token_times_us.append(end)
+                first_tokens += 1
         finished = [
             state
             for state in self.running
@@ -167,11 +218,10 @@ class Worker:
             ]
             for state in finished:
                 state.terminal_us = end
-        produced = len(step.decode) + sum(1 for state, _ in step.prefill if state.decoding)
-        self.steps += 1
-        self.busy_us += step.end_us - step.start_us
+        self.steps += step.repeat
+        self.busy_us += step.repeat * step.duration_us
         self.prefill_tokens += step.prefill_tokens
-        self.decode_tokens += len(step.decode)
-        self.output_tokens += produced
+        self.decode_tokens += step.repeat * len(step.decode)
+        self.output_tokens += step.repeat * len(step.decode) + first_tokens
         self.completed += len(finished)
         return finished
