@@ -19,7 +19,7 @@ from servesim.describe import description
 from servesim.documents import read_document
 from servesim.errors import InvalidInput, ServesimError
 from servesim.importers import READERS, ImportOptions, select, workload_bytes
-from servesim.replay import replay
+from servesim.replay import replay_chunks
 
 EXIT_OK = 0
 EXIT_INTERNAL_ERROR = 1
@@ -172,8 +172,11 @@ def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     if missing:
         parser.error(f"replay needs {', '.join(missing)}")
     try:
-        report = replay(
-            arguments.scenario, arguments.workload, arguments.timing_profile, trace=arguments.trace
+        report = replay_chunks(
+            read_document(arguments.scenario, "scenario"),
+            read_document(arguments.workload, "workload"),
+            read_document(arguments.timing_profile, "timing_profile"),
+            trace=arguments.trace,
         )
     except ServesimError as error:
         return _report_invalid(error)

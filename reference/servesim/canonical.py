@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,12 @@ import rfc8785
 
 
 def canonical_json(value: Any) -> bytes:
-    """R23: RFC 8785 (JCS) serialisation of ``value`` followed by a single ``\\n``.
+    """R23: RFC 8785 (JCS) serialisation of ``value`` followed by a single ``\\n``."""
+    return canonical_bytes(value) + b"\n"
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """RFC 8785 (JCS) serialisation of ``value``.
 
     The bytes are ``rfc8785.dumps``'s; for speed the bulk is written by the standard library's
     C encoder, which agrees with RFC 8785 on everything a report holds (sorted ASCII keys, no
@@ -32,13 +39,13 @@ def canonical_json(value: Any) -> bytes:
         check_circular=False,
     )
     if not text.isascii():
-        return rfc8785.dumps(value) + b"\n"
+        return rfc8785.dumps(value)
     if len(_PLACEHOLDER.findall(text)) != len(floats):  # a string looked like a placeholder
-        return rfc8785.dumps(value) + b"\n"
+        return rfc8785.dumps(value)
     text = _PLACEHOLDER.sub(
         lambda match: rfc8785.dumps(floats[int(match.group(1))]).decode("ascii"), text
     )
-    return text.encode("ascii") + b"\n"
+    return text.encode("ascii")
 
 
 _PLACEHOLDER = re.compile(r'"\\u0000(\d+)\\u0000"')
@@ -64,7 +71,28 @@ def _with_float_placeholders(value: Any, floats: list[float]) -> Any:
     return value
 
 
-def write_atomically(path: str | Path, data: bytes) -> None:
+def canonical_array(values: Iterable[Any], *, batch: int = 2048) -> Iterator[bytes]:
+    """The RFC 8785 bytes of a JSON array of ``values``, in pieces, without holding them all.
+
+    The canonical form of an array is its elements' canonical forms, comma-separated, in
+    brackets, so serialising it in batches gives the same bytes as serialising it at once.
+    """
+    yield b"["
+    separator = b""
+    for chunk in _batched(values, batch):
+        yield separator + canonical_bytes(list(chunk))[1:-1]
+        separator = b","
+    yield b"]"
+
+
+def _batched(values: Iterable[Any], size: int) -> Iterator[tuple[Any, ...]]:
+    """``itertools.batched``, which Python 3.11 lacks."""
+    iterator = iter(values)
+    while chunk := tuple(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def write_atomically(path: str | Path, data: bytes | Iterable[bytes]) -> None:
     """Write ``data`` to ``path`` so that no reader ever sees a partial file (R32).
 
     The bytes go to a temporary file in the same folder, which then replaces ``path`` in one
@@ -76,7 +104,10 @@ def write_atomically(path: str | Path, data: bytes) -> None:
     )
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            if isinstance(data, bytes):
+                stream.write(data)
+            else:
+                stream.writelines(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, target)

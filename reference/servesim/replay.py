@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from servesim.canonical import canonical_json
 from servesim.documents import (
     Document,
     build_scenario,
@@ -12,7 +12,7 @@ from servesim.documents import (
     build_workload,
     read_document,
 )
-from servesim.report import build_report
+from servesim.report import report_chunks
 from servesim.simulation import simulate
 
 
@@ -20,6 +20,13 @@ def replay_documents(
     scenario: Document, workload: Document, timing_profile: Document, *, trace: bool = False
 ) -> bytes:
     """The canonical report bytes for three checked documents (see ``load_document``)."""
+    return b"".join(replay_chunks(scenario, workload, timing_profile, trace=trace))
+
+
+def replay_chunks(
+    scenario: Document, workload: Document, timing_profile: Document, *, trace: bool = False
+) -> Iterator[bytes]:
+    """The canonical report bytes in pieces, for writing a large report without holding it."""
     result = simulate(
         build_scenario(scenario.value),
         build_workload(workload.value),
@@ -31,7 +38,7 @@ def replay_documents(
         "workload": workload.data,
         "timing_profile": timing_profile.data,
     }
-    return canonical_json(build_report(result, inputs))
+    return report_chunks(result, inputs)
 
 
 def replay(

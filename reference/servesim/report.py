@@ -6,11 +6,16 @@ the program that wrote it, so that two conforming implementations write the same
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-from collections.abc import Sequence
+import heapq
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from servesim.admission import REJECT_REASONS
+from servesim.canonical import canonical_array, canonical_bytes
 from servesim.simulation import SimulationResult
 from servesim.worker import RequestState, Step, Worker
 
@@ -30,20 +35,35 @@ def ratio(numerator: int, denominator: int) -> float | None:
 
 def nearest_rank(sorted_values: Sequence[int], percent: int) -> int:
     """R27: the nearest-rank percentile, ``sorted_values[ceil(percent * n / 100) - 1]``."""
-    rank = max(1, -(-percent * len(sorted_values) // 100))
-    return sorted_values[rank - 1]
+    return sorted_values[_rank(len(sorted_values), percent) - 1]
 
 
-def statistics(values: list[int]) -> dict[str, Any]:
+def _rank(count: int, percent: int) -> int:
+    """R27: the 1-based rank of the ``percent``-th percentile among ``count`` samples."""
+    return max(1, -(-percent * count // 100))
+
+
+def statistics(values: Iterable[int]) -> dict[str, Any]:
     """R27: count, min, max, mean and percentiles of integer samples; null where there are none."""
-    ordered = sorted(values)
-    result: dict[str, Any] = {"count": len(ordered)}
-    if not ordered:
+    return statistics_of_counts(Counter(values))
+
+
+def statistics_of_counts(counts: Counter[int]) -> dict[str, Any]:
+    """R27 for samples given as value -> how often it occurs (ITL has millions of samples but
+    few distinct values)."""
+    total = sum(counts.values())
+    result: dict[str, Any] = {"count": total}
+    if not total:
         result.update(min=None, max=None, mean=None)
         result.update({f"p{percent}": None for percent in PERCENTILES})
         return result
-    result.update(min=ordered[0], max=ordered[-1], mean=ratio(sum(ordered), len(ordered)))
-    result.update({f"p{percent}": nearest_rank(ordered, percent) for percent in PERCENTILES})
+    values = sorted(counts)
+    mean = ratio(sum(value * counts[value] for value in values), total)
+    result.update(min=values[0], max=values[-1], mean=mean)
+    cumulative = list(itertools.accumulate(counts[value] for value in values))
+    for percent in PERCENTILES:
+        position = bisect.bisect_left(cumulative, _rank(total, percent))
+        result[f"p{percent}"] = values[position]
     return result
 
 
@@ -60,8 +80,8 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
         raise ValueError(f"request {state.request.id!r} did not complete")
     return (
         first_scheduled - arrival,
-        state.token_times_us[0] - arrival,
-        state.token_times_us[-1] - arrival,
+        state.token_times_us.first - arrival,
+        state.token_times_us.last - arrival,
     )
 
 
@@ -80,17 +100,17 @@ def _request_entry(state: RequestState) -> dict[str, Any]:
         "arrival_us": request.arrival_us,
         "terminal_us": state.terminal_us,
         "first_scheduled_us": state.first_scheduled_us,
-        "first_token_us": tokens[0] if tokens else None,
+        "first_token_us": tokens.first if tokens else None,
         "completion_us": state.terminal_us if completed else None,
         "queue_us": None,
         "ttft_us": None,
         "mean_itl_us": None,
         "e2e_us": None,
-        "token_times_us": tokens,
+        "token_times_us": tokens.to_list(),
     }
     if completed:
         entry["queue_us"], entry["ttft_us"], entry["e2e_us"] = _latencies(state)
-        entry["mean_itl_us"] = ratio(tokens[-1] - tokens[0], len(tokens) - 1)
+        entry["mean_itl_us"] = ratio(tokens.last - tokens.first, len(tokens) - 1)
     return entry
 
 
@@ -112,11 +132,9 @@ def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int
             by_reason[state.reject_reason] += 1
     output_tokens = sum(len(state.token_times_us) for state in completed)
     latencies = [_latencies(state) for state in completed]
-    gaps = [
-        later - earlier
-        for state in completed
-        for earlier, later in zip(state.token_times_us, state.token_times_us[1:], strict=False)
-    ]
+    gaps: Counter[int] = Counter()
+    for state in completed:
+        gaps.update(state.token_times_us.gap_counts())
     return {
         "requests": len(states),
         "completed": len(completed),
@@ -131,7 +149,7 @@ def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int
         "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan_us),
         "queue_us": statistics([queue for queue, _, _ in latencies]),
         "ttft_us": statistics([ttft for _, ttft, _ in latencies]),
-        "itl_us": statistics(gaps),
+        "itl_us": statistics_of_counts(gaps),
         "e2e_us": statistics([e2e for _, _, e2e in latencies]),
     }
 
@@ -172,23 +190,40 @@ def _trace_entries(step: Step) -> list[dict[str, Any]]:
     ]
 
 
-def _trace(steps: list[Step]) -> list[dict[str, Any]]:
-    """R30: every step of every worker, in order of (start_us, worker)."""
-    entries = [entry for step in steps for entry in _trace_entries(step)]
-    entries.sort(key=lambda entry: (entry["start_us"], entry["worker"]))
-    return entries
+def _trace(steps: list[Step]) -> Iterator[dict[str, Any]]:
+    """R30: every step of every worker, in order of (start_us, worker).
+
+    Each worker's steps are formed in time order, so merging the workers' streams orders the
+    whole trace without holding it in memory at once.
+    """
+    by_worker: dict[int, list[Step]] = {}
+    for step in steps:
+        by_worker.setdefault(step.worker, []).append(step)
+    streams = [
+        (entry for step in worker_steps for entry in _trace_entries(step))
+        for worker_steps in by_worker.values()
+    ]
+    return heapq.merge(*streams, key=lambda entry: (entry["start_us"], entry["worker"]))
 
 
-def build_report(result: SimulationResult, inputs: dict[str, bytes]) -> dict[str, Any]:
-    """The report document for ``result``; ``inputs`` maps scenario, workload and
-    timing_profile to the exact bytes read."""
+def report_chunks(result: SimulationResult, inputs: dict[str, bytes]) -> Iterator[bytes]:
+    """R31: the report's canonical bytes (R23), in pieces, so that a long replay's requests and
+    trace are serialised one batch at a time. ``inputs`` maps scenario, workload and
+    timing_profile to the exact bytes read.
+
+    The members are written in RFC 8785 order (sorted keys), which the assertion checks.
+    """
     makespan_us = _makespan_us(result.requests)
-    return {
-        "document": "report",
-        "schema_version": "1.0",
-        "inputs": {name: {"sha256": digest(data)} for name, data in sorted(inputs.items())},
-        "summary": _summary(result.requests, result.workers, makespan_us),
-        "workers": [_worker_entry(worker, makespan_us) for worker in result.workers],
-        "requests": [_request_entry(state) for state in result.requests],
-        "trace": None if result.steps is None else _trace(result.steps),
-    }
+    members = ["document", "inputs", "requests", "schema_version", "summary", "trace", "workers"]
+    assert members == sorted(members)
+    digests = {name: {"sha256": digest(data)} for name, data in inputs.items()}
+    summary = _summary(result.requests, result.workers, makespan_us)
+    yield b'{"document":"report","inputs":' + canonical_bytes(digests) + b',"requests":'
+    yield from canonical_array(_request_entry(state) for state in result.requests)
+    yield b',"schema_version":"1.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    if result.steps is None:
+        yield b"null"
+    else:
+        yield from canonical_array(_trace(result.steps))
+    workers = [_worker_entry(worker, makespan_us) for worker in result.workers]
+    yield b',"workers":' + canonical_bytes(workers) + b"}\n"

@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from servesim.model import Request, SchedulerLimits
+from servesim.token_times import TokenTimes
 
 
 @dataclass(slots=True, eq=False)
@@ -24,7 +25,7 @@ class RequestState:
     prefilled: int = 0
     """Prompt tokens prefilled so far (R20)."""
     first_scheduled_us: int | None = None
-    token_times_us: list[int] = field(default_factory=list)
+    token_times_us: TokenTimes = field(default_factory=TokenTimes)
     """When each output token was produced; its length is the number generated so far."""
     terminal_us: int | None = None
 
@@ -196,9 +197,9 @@ class Worker:
             for state in step.decode:
                 state.token_times_us.append(end)
         else:
-            token_times = range(step.start_us + step.duration_us, end + 1, step.duration_us)
+            first = step.start_us + step.duration_us
             for state in step.decode:
-                state.token_times_us.extend(token_times)
+                state.token_times_us.extend_progression(first, step.duration_us, step.repeat)
         first_tokens = 0
         for state, tokens in step.prefill:
             state.prefilled += tokens

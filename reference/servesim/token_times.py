@@ -1,0 +1,76 @@
+"""A request's token times, stored as arithmetic progressions instead of one integer each.
+
+A run of identical decode steps (``servesim.worker.decode_run_length``) gives each decoding
+request tokens at ``start + d, start + 2d, ...``; keeping that as one segment makes memory grow
+with the number of runs, not the number of tokens, so million-request replays fit in memory.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+
+class TokenTimes:
+    """Strictly increasing token times (R20, R21), as segments ``(first, step, count)``."""
+
+    __slots__ = ("_count", "_segments")
+
+    def __init__(self) -> None:
+        self._segments: list[tuple[int, int, int]] = []
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, time_us: int) -> None:
+        """One more token at ``time_us``."""
+        self.extend_progression(time_us, 1, 1)
+
+    def extend_progression(self, first_us: int, step_us: int, count: int) -> None:
+        """``count`` more tokens at ``first_us``, ``first_us + step_us``, ... (all later than
+        the last token so far). Merged into the last segment when they continue it."""
+        self._count += count
+        if self._segments:
+            last_first, last_step, last_count = self._segments[-1]
+            gap = first_us - (last_first + (last_count - 1) * last_step)
+            continues_old = last_count == 1 or last_step == gap
+            continues_new = count == 1 or step_us == gap
+            if continues_old and continues_new:
+                self._segments[-1] = (last_first, gap, last_count + count)
+                return
+        self._segments.append((first_us, step_us, count))
+
+    @property
+    def first(self) -> int:
+        """The first token's time (there must be one)."""
+        return self._segments[0][0]
+
+    @property
+    def last(self) -> int:
+        """The last token's time (there must be one)."""
+        first, step, count = self._segments[-1]
+        return first + (count - 1) * step
+
+    def __iter__(self) -> Iterator[int]:
+        for first, step, count in self._segments:
+            yield from range(first, first + count * step, step)
+
+    def to_list(self) -> list[int]:
+        """Every token time, in order."""
+        times: list[int] = []
+        for first, step, count in self._segments:
+            times.extend(range(first, first + count * step, step))
+        return times
+
+    def gap_counts(self) -> Counter[int]:
+        """How often each gap between consecutive tokens occurs, without listing the tokens."""
+        counts: Counter[int] = Counter()
+        previous_last: int | None = None
+        for first, step, count in self._segments:
+            if previous_last is not None:
+                counts[first - previous_last] += 1
+            if count > 1:
+                counts[step] += count - 1
+            previous_last = first + (count - 1) * step
+        return counts

@@ -1,0 +1,45 @@
+"""``TokenTimes`` behaves exactly like the list of token times it stands for."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from servesim.token_times import TokenTimes
+
+#: (gap before the first new token, step, count): a sequence of appends and progressions.
+operations = st.lists(
+    st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(1, 6)), max_size=20
+)
+
+
+@given(operations)
+def test_matches_a_plain_list(steps: list[tuple[int, int, int]]) -> None:
+    times, expected, last = TokenTimes(), [], 0
+    for gap, step, count in steps:
+        first = last + gap
+        if count == 1:
+            times.append(first)
+        else:
+            times.extend_progression(first, step, count)
+        expected.extend(range(first, first + count * step, step))
+        last = expected[-1]
+    assert times.to_list() == expected
+    assert list(times) == expected
+    assert len(times) == len(expected)
+    if expected:
+        assert (times.first, times.last) == (expected[0], expected[-1])
+    assert times.gap_counts() == Counter(
+        b - a for a, b in zip(expected, expected[1:], strict=False)
+    )
+
+
+def test_a_run_is_one_segment() -> None:
+    times = TokenTimes()
+    times.append(100)
+    times.extend_progression(110, 10, 1000)
+    times.append(10_110)
+    assert len(times._segments) == 1
+    assert len(times) == 1002
