@@ -7,6 +7,8 @@ expected, no report file, and never a traceback.
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from collections.abc import Callable
@@ -358,3 +360,36 @@ def test_r33_validate_accepts_a_report(tmp_path: Path, example_inputs: dict[str,
 def test_help_and_version() -> None:
     assert "replay" in run_servesim("--help").stdout
     assert run_servesim("--version").stdout.startswith("servesim ")
+
+
+def _run_on_terminal(arguments: list[str]) -> str:
+    """Run the CLI with its stderr on a pseudo-terminal; what it printed there."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "servesim", *arguments], stderr=follower, stdout=subprocess.DEVNULL
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait()
+    os.close(leader)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_only_on_a_terminal(tmp_path: Path) -> None:
+    requests = [(f"r{index}", index * 1000, 4, 2) for index in range(5000)]
+    paths = write_inputs(tmp_path, scenario_doc(workers=4), workload_doc(*requests), timing_doc())
+    output = tmp_path / "report.json"
+    shown = _run_on_terminal([str(a) for a in replay_args(paths, output)])
+    assert "4,096/5,000 requests arrived" in shown
+    assert "report written" in shown
+    quiet = run_servesim(*replay_args(paths, tmp_path / "again.json"))
+    assert quiet.returncode == 0
+    assert quiet.stderr == ""

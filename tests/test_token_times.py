@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,9 +32,7 @@ def test_matches_a_plain_list(steps: list[tuple[int, int, int]]) -> None:
     assert len(times) == len(expected)
     if expected:
         assert (times.first, times.last) == (expected[0], expected[-1])
-    assert times.gap_counts() == Counter(
-        b - a for a, b in zip(expected, expected[1:], strict=False)
-    )
+    assert times.gap_counts() == Counter(b - a for a, b in pairwise(expected))
 
 
 def test_a_run_is_one_segment() -> None:

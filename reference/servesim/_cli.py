@@ -20,6 +20,7 @@ from servesim.documents import read_document
 from servesim.errors import InvalidInput, ServesimError
 from servesim.importers import READERS, ImportOptions, select, workload_bytes
 from servesim.replay import replay_chunks
+from servesim.simulation import ProgressCallback
 
 EXIT_OK = 0
 EXIT_INTERNAL_ERROR = 1
@@ -155,6 +156,23 @@ def _report_invalid(error: ServesimError) -> int:
     return EXIT_INVALID_INPUT
 
 
+def _progress_on_terminal() -> ProgressCallback | None:
+    """Progress on stderr for a person watching a long replay; silence for scripts and logs."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(arrived: int, total: int, now_us: int) -> None:
+        print(
+            f"\rservesim: {arrived:,}/{total:,} requests arrived, "
+            f"{now_us / 1_000_000:,.1f} s simulated",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
+
+
 def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if arguments.describe:
         print(json.dumps(description(__version__), indent=2))
@@ -177,6 +195,7 @@ def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             read_document(arguments.workload, "workload"),
             read_document(arguments.timing_profile, "timing_profile"),
             trace=arguments.trace,
+            progress=_progress_on_terminal(),
         )
     except ServesimError as error:
         return _report_invalid(error)
@@ -188,6 +207,8 @@ def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             file=sys.stderr,
         )
         return EXIT_INVALID_INPUT
+    if sys.stderr.isatty():
+        print(f"\rservesim: report written to {arguments.output}", " " * 30, file=sys.stderr)
     return EXIT_OK
 
 

@@ -13,7 +13,7 @@ from servesim.documents import (
     read_document,
 )
 from servesim.report import report_chunks
-from servesim.simulation import simulate
+from servesim.simulation import ProgressCallback, simulate
 
 
 def replay_documents(
@@ -24,7 +24,12 @@ def replay_documents(
 
 
 def replay_chunks(
-    scenario: Document, workload: Document, timing_profile: Document, *, trace: bool = False
+    scenario: Document,
+    workload: Document,
+    timing_profile: Document,
+    *,
+    trace: bool = False,
+    progress: ProgressCallback | None = None,
 ) -> Iterator[bytes]:
     """The canonical report bytes in pieces, for writing a large report without holding it."""
     result = simulate(
@@ -32,6 +37,7 @@ def replay_chunks(
         build_workload(workload.value),
         build_timing_profile(timing_profile.value),
         record_trace=trace,
+        progress=progress,
     )
     inputs = {
         "scenario": scenario.data,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,14 +44,26 @@ def arrival_order(workload: Workload) -> list[int]:
     return sorted(range(len(requests)), key=lambda position: requests[position].arrival_us)
 
 
+#: How many arrivals pass between two calls of a progress callback.
+PROGRESS_EVERY = 2048
+
+ProgressCallback = Callable[[int, int, int], None]
+"""Called with (arrivals so far, all requests, simulated time in microseconds)."""
+
+
 def simulate(
     scenario: Scenario,
     workload: Workload,
     timing: TimingProfile,
     *,
     record_trace: bool = False,
+    progress: ProgressCallback | None = None,
 ) -> SimulationResult:
-    """Replay ``workload`` on ``scenario``'s fleet with ``timing``'s step durations."""
+    """Replay ``workload`` on ``scenario``'s fleet with ``timing``'s step durations.
+
+    ``progress``, when given, hears how far the replay is every ``PROGRESS_EVERY`` arrivals; it
+    observes and never changes the simulation.
+    """
     limits = scenario.scheduler
     router = make_router(scenario.routing, scenario.workers)
     workers = [Worker(index) for index in range(scenario.workers)]
@@ -79,6 +92,7 @@ def simulate(
             worker.schedule_pending = True
             push(now_us, SCHEDULING, worker.index)
 
+    arrived = 0
     push_next_arrival()
     while queue:
         now_us, priority, number, subject = heapq.heappop(queue)
@@ -105,6 +119,9 @@ def simulate(
                     worker.completion_sequence = push(run.end_us, STEP_COMPLETION, worker.index)
                 request_scheduling(worker, now_us)
             push_next_arrival()
+            arrived += 1
+            if progress is not None and arrived % PROGRESS_EVERY == 0:
+                progress(arrived, len(states), now_us)
         else:
             worker = workers[subject]
             worker.schedule_pending = False

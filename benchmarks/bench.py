@@ -1,0 +1,263 @@
+"""Benchmarks of the reference simulator: figures printed, never asserted (README: Speed).
+
+    python benchmarks/bench.py            # the full set (several minutes)
+    python benchmarks/bench.py --short    # what CI runs: small slices, same code paths
+
+Every configuration runs in its own process, so that peak RSS is that configuration's alone.
+The baseline is the plain per-step loop in conformance/examples/independent/ (written from
+SPEC.md, one heap event per step, the obvious implementation), timed on the same inputs in the
+same run; its report must be byte-identical to the reference's, or the ratio means nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO.parent / "shared" / "traces"
+PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"
+SOURCES = {
+    "mooncake": TRACES / "mooncake" / "conversation_trace.jsonl",
+    "azure": TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv",
+}
+
+#: A plausible engine: 3 ms per step, 20 us per prefill token, 100 us per decoding request.
+TIMING = {
+    "document": "timing_profile",
+    "schema_version": "1.0",
+    "model": {
+        "kind": "synthetic_linear",
+        "step_overhead_ns": 3_000_000,
+        "prefill_token_ns": 20_000,
+        "decode_token_ns": 100_000,
+    },
+}
+
+
+def scenario(workers: int) -> dict[str, Any]:
+    return {
+        "document": "scenario",
+        "schema_version": "1.0",
+        "fleet": {"workers": workers},
+        "routing": {"policy": "round_robin"},
+        "scheduler": {
+            "max_num_seqs": 64,
+            "max_batched_tokens": 8192,
+            "max_model_len": 131072,
+            "prefill": {"mode": "chunked", "max_chunk_tokens": 2048},
+        },
+    }
+
+
+def import_trace(source: str, folder: Path) -> dict[str, Any]:
+    """The whole trace as a workload (through ``servesim import``)."""
+    output = folder / f"{source}.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "servesim",
+            "import",
+            source,
+            str(SOURCES[source]),
+            "-o",
+            str(output),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    workload: dict[str, Any] = json.loads(output.read_text())
+    return workload
+
+
+def tiled(workload: dict[str, Any], count: int) -> dict[str, Any]:
+    """The first ``count`` requests of the trace repeated end to end, each copy shifted by the
+    trace's span so the arrival rate stays the trace's."""
+    requests = workload["requests"]
+    span = requests[-1]["arrival_us"] + 1
+    out = []
+    for index in range(count):
+        copy, position = divmod(index, len(requests))
+        request = requests[position]
+        out.append(
+            {
+                **request,
+                "id": f"{request['id']}-c{copy}",
+                "arrival_us": request["arrival_us"] + copy * span,
+            }
+        )
+    return {**workload, "requests": out}
+
+
+def measure(command: list[str]) -> dict[str, Any]:
+    """Run one configuration in a child process; its figures as JSON."""
+    result = subprocess.run(command, check=True, capture_output=True, text=True)
+    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def child(arguments: argparse.Namespace) -> None:
+    """In the child: replay once and print wall seconds, counts and peak RSS."""
+    started = time.perf_counter()
+    if arguments.implementation == "reference":
+        from servesim import replay
+
+        report = replay(
+            arguments.scenario, arguments.workload, arguments.timing, trace=arguments.trace
+        )
+        Path(arguments.output).write_bytes(report)
+    else:
+        namespace: dict[str, Any] = {"__name__": "plain_loop"}
+        exec(compile(PLAIN_LOOP.read_text(), str(PLAIN_LOOP), "exec"), namespace)
+        argv = [
+            "replay",
+            "--scenario",
+            arguments.scenario,
+            "--workload",
+            arguments.workload,
+            "--timing-profile",
+            arguments.timing,
+            "--output",
+            arguments.output,
+        ]
+        namespace["main"]([*argv, "--trace"] if arguments.trace else argv)
+    wall = time.perf_counter() - started
+    summary = json.loads(Path(arguments.output).read_bytes())["summary"]
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "steps": summary["steps"],
+                "output_tokens": summary["output_tokens"],
+                "requests": summary["requests"],
+                "peak_rss_mib": peak_kib / 1024,
+            }
+        )
+    )
+
+
+def run(
+    folder: Path,
+    name: str,
+    workload: dict[str, Any],
+    workers: int,
+    *,
+    trace: bool,
+    implementation: str = "reference",
+) -> dict[str, Any]:
+    paths = {
+        "scenario": folder / f"s{workers}.json",
+        "timing": folder / "t.json",
+        "workload": folder / f"{name}.json",
+        "output": folder / f"r-{name}-{implementation}.json",
+    }
+    paths["scenario"].write_text(json.dumps(scenario(workers)))
+    paths["timing"].write_text(json.dumps(TIMING))
+    if not paths["workload"].exists():
+        paths["workload"].write_text(json.dumps(workload))
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        implementation,
+        *(f"--{key}={value}" for key, value in paths.items()),
+    ]
+    figures = measure([*command, "--trace"] if trace else command)
+    figures["report"] = paths["output"]
+    return figures
+
+
+def line(label: str, figures: dict[str, Any]) -> str:
+    wall = figures["wall_s"]
+    return (
+        f"{label:<38} {wall:8.2f} s {figures['steps'] / wall:12,.0f} steps/s "
+        f"{figures['output_tokens'] / wall:12,.0f} tok/s {figures['peak_rss_mib']:8.0f} MiB"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--short", action="store_true", help="small slices, for CI")
+    parser.add_argument("--child", choices=["reference", "plain"], dest="implementation")
+    for option in ("scenario", "workload", "timing", "output"):
+        parser.add_argument(f"--{option}")
+    parser.add_argument("--trace", action="store_true")
+    arguments = parser.parse_args()
+    if arguments.implementation:
+        child(arguments)
+        return 0
+    missing = [name for name, path in SOURCES.items() if not path.is_file()]
+    if missing:
+        print(f"the traces are not at {TRACES} (missing: {', '.join(missing)})", file=sys.stderr)
+        return 2
+    limit = 1500 if arguments.short else None
+    with tempfile.TemporaryDirectory(prefix="servesim-bench-") as temporary:
+        folder = Path(temporary)
+        mode = "short" if arguments.short else "full"
+        python = sys.version.split()[0]
+        print(f"servesim benchmarks ({mode}), python {python}, {os.cpu_count()} cores")
+        print("\n== real traces ==")
+        for source in SOURCES:
+            workload = import_trace(source, folder)
+            if limit:
+                workload = tiled(workload, limit)
+            count = len(workload["requests"])
+            for workers in (16, 1024):
+                for trace in (False, True):
+                    label = f"{source} {count} req, {workers} workers{', trace' if trace else ''}"
+                    print(
+                        line(
+                            label, run(folder, f"{source}-{count}", workload, workers, trace=trace)
+                        ),
+                        flush=True,
+                    )
+        print("\n== against the plain per-step loop (same semantics, same run) ==")
+        workload = import_trace("mooncake", folder)
+        if limit:
+            workload = tiled(workload, limit)
+        name = f"mooncake-{len(workload['requests'])}"
+        ours = run(folder, name, workload, 16, trace=False)
+        plain = run(folder, name, workload, 16, trace=False, implementation="plain")
+        identical = ours["report"].read_bytes() == plain["report"].read_bytes()
+        print(line("reference, mooncake, 16 workers", ours))
+        print(line("plain loop, mooncake, 16 workers", plain))
+        speedup = plain["wall_s"] / ours["wall_s"]
+        print(f"speed-up: {speedup:.1f}x (target >= 5x); reports byte-identical: {identical}")
+        print("\n== workers: 1,024 versus 16 (same trace) ==")
+        wide = run(folder, name, workload, 1024, trace=False)
+        print(f"1024 / 16 workers time: {wide['wall_s'] / ours['wall_s']:.2f}x (target < 2x)")
+        print("\n== scaling (mooncake tiled) ==")
+        sizes = (1_000, 10_000) if arguments.short else (10_000, 100_000, 1_000_000)
+        base = import_trace("mooncake", folder)
+        series = []
+        for size in sizes:
+            figures = run(folder, f"tiled-{size}", tiled(base, size), 16, trace=False)
+            series.append((size, figures))
+            print(
+                line(f"{size:,} requests", figures)
+                + f"   {figures['wall_s'] / size * 1e6:7.1f} us/req "
+                f"{figures['peak_rss_mib'] * 1024 / size:7.2f} KiB/req",
+                flush=True,
+            )
+        (small, a), (large, b) = series[-2], series[-1]
+        print(
+            f"{large:,} / {small:,} requests: time {b['wall_s'] / a['wall_s']:.1f}x, peak memory "
+            f"{b['peak_rss_mib'] / a['peak_rss_mib']:.1f}x (target <= 11x for 10x requests)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
