@@ -108,31 +108,29 @@ def measure(command: list[str]) -> dict[str, Any]:
 def child(arguments: argparse.Namespace) -> None:
     """In the child: replay once and print wall seconds, counts and peak RSS."""
     started = time.perf_counter()
+    argv = [
+        "replay",
+        "--scenario",
+        arguments.scenario,
+        "--workload",
+        arguments.workload,
+        "--timing-profile",
+        arguments.timing,
+        "--output",
+        arguments.output,
+    ]
+    argv = [*argv, "--trace"] if arguments.trace else argv
     if arguments.implementation == "reference":
-        from servesim import replay
+        from servesim._cli import main as servesim_main  # as `servesim replay` runs
 
-        report = replay(
-            arguments.scenario, arguments.workload, arguments.timing, trace=arguments.trace
-        )
-        Path(arguments.output).write_bytes(report)
+        servesim_main(argv)
     else:
         namespace: dict[str, Any] = {"__name__": "plain_loop"}
         exec(compile(PLAIN_LOOP.read_text(), str(PLAIN_LOOP), "exec"), namespace)
-        argv = [
-            "replay",
-            "--scenario",
-            arguments.scenario,
-            "--workload",
-            arguments.workload,
-            "--timing-profile",
-            arguments.timing,
-            "--output",
-            arguments.output,
-        ]
-        namespace["main"]([*argv, "--trace"] if arguments.trace else argv)
+        namespace["main"](argv)
     wall = time.perf_counter() - started
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before reading the report
     summary = json.loads(Path(arguments.output).read_bytes())["summary"]
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
         json.dumps(
             {
