@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,15 @@ from servesim_conformance.documents import timing_doc
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 
-__all__ = ["EXAMPLES", "REPO", "scenario_doc", "timing_doc", "workload_doc", "write_inputs"]
+__all__ = [
+    "EXAMPLES",
+    "REPO",
+    "run_servesim",
+    "scenario_doc",
+    "timing_doc",
+    "workload_doc",
+    "write_inputs",
+]
 
 
 def scenario_doc(
@@ -69,3 +79,13 @@ def write_inputs(
     for role, document in zip(paths, (scenario, workload, timing), strict=True):
         paths[role].write_text(json.dumps(document), encoding="utf-8")
     return paths
+
+
+def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run the ``servesim`` command in a fresh process, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "servesim", *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )

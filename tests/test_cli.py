@@ -17,19 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import scenario_doc, timing_doc, workload_doc, write_inputs
+from tests.helpers import run_servesim, scenario_doc, timing_doc, workload_doc, write_inputs
 
 Mutation = Callable[[dict[str, Any]], Any]
-
-
-def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in a fresh process, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "servesim", *map(str, arguments)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def replay_args(paths: dict[str, Path], output: Path) -> list[str | Path]:

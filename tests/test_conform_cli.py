@@ -13,19 +13,14 @@ import pytest
 from servesim_conformance.implementation import Implementation
 from servesim_conformance.properties import PropertyFailure, PropertyRunner, write_case
 from servesim_conformance.schemas import validate_harness_document
-from tests.helpers import REPO, scenario_doc, timing_doc, workload_doc
+from tests.helpers import REPO, run_servesim, scenario_doc, timing_doc, workload_doc
 
 FAKE = REPO / "tests" / "fakes" / "fake_sim.py"
 SMOKE = ["--case", "valid/smoke-*", "--case", "invalid/zero-workers"]
 
 
 def conform(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servesim", "conform", *map(str, arguments)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_servesim("conform", *arguments)
 
 
 def fake_command(mode: str) -> str:

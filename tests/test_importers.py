@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import servesim
+from tests.helpers import run_servesim
 
 MOONCAKE = (
     '{"timestamp": 1000, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
@@ -25,12 +25,7 @@ AZURE = (
 
 
 def run_import(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servesim", "import", *map(str, arguments)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_servesim("import", *arguments)
 
 
 def imported(tmp_path: Path, source: str, text: str, *options: str) -> list[dict[str, object]]:
