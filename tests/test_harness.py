@@ -110,6 +110,14 @@ def test_undeclared_feature_skips_the_case() -> None:
     assert outcome("no-chunking", CHUNKED) is Outcome.SKIP
 
 
+def test_undeclared_input_version_skips_the_case() -> None:
+    """R38: a case whose inputs are at a version the implementation does not read is skipped."""
+    implementation = fake("reads-only-2.0")
+    result = run_case(VALID, implementation, implementation.describe())
+    assert result.outcome is Outcome.SKIP
+    assert "undeclared for: workload" in result.message
+
+
 def test_expected_failures_are_strict() -> None:
     implementation = fake("wrong-numbers")
     description = implementation.describe()

@@ -11,7 +11,7 @@ from pathlib import Path
 from servesim.documents import load_document
 from servesim.errors import InvalidInput
 from servesim_conformance.compare import first_difference
-from servesim_conformance.corpus import Case
+from servesim_conformance.corpus import INPUT_FILES, Case
 from servesim_conformance.implementation import Description, Implementation, Run
 from servesim_conformance.outcomes import CaseResult, Difference, Outcome
 
@@ -150,6 +150,14 @@ def run_case(
         return CaseResult(
             case.id, tier, Outcome.SKIP, f"needs undeclared features: {', '.join(missing)}"
         )
+    unread = sorted(
+        kind
+        for kind in INPUT_FILES
+        if case.schema_version not in description.schema_versions.get(kind, [])
+    )
+    if unread:  # R38: an implementation gets inputs only in versions it declared
+        message = f"inputs at version {case.schema_version}, undeclared for: {', '.join(unread)}"
+        return CaseResult(case.id, tier, Outcome.SKIP, message)
     with tempfile.TemporaryDirectory(prefix="servesim-case-") as temporary:
         workdir = Path(temporary)
         for path in case.input_paths().values():

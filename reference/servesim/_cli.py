@@ -1,4 +1,4 @@
-"""The ``servesim`` command line (SPEC.md R32 and R33).
+"""The ``servesim`` command line (SPEC.md R32, R33, R37 and R39).
 
 Exit codes: 0 success; 2 invalid input or usage (nothing written); 1 an internal error, which is
 a bug in servesim and is reported as such, never as a Python traceback.
@@ -107,7 +107,37 @@ def _parser() -> argparse.ArgumentParser:
         "2 when the implementation or the corpus could not be used.",
     )
     _add_conform_arguments(conform_parser)
+
+    schema_parser = commands.add_parser(
+        "schema",
+        help="compare schema versions and review schema changes",
+        description="servesim schema diff OLD NEW: every change and a compatibility verdict per "
+        "direction. servesim schema review: a Markdown review of all schema changes since a git "
+        "revision or the last release, gated by the versioning policy.",
+    )
+    _add_schema_arguments(schema_parser)
+
+    migrate_parser = commands.add_parser(
+        "migrate",
+        help="upgrade a document to the current schema version",
+        description="Upgrade a document from any supported older schema version to the current "
+        "one, step by step, and check the result (R1 to R4). Exit 0: written. Exit 2: invalid "
+        "input or no migration.",
+    )
+    _add_migrate_arguments(migrate_parser)
     return parser
+
+
+def _add_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    from servesim_conformance.evolution.cli import add_schema_arguments
+
+    add_schema_arguments(parser)
+
+
+def _add_migrate_arguments(parser: argparse.ArgumentParser) -> None:
+    from servesim_conformance.evolution.cli import add_migrate_arguments
+
+    add_migrate_arguments(parser)
 
 
 def _positive_int(text: str) -> int:
@@ -267,6 +297,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(arguments, parser)
         if arguments.command == "conform":
             return _conform(arguments)
+        if arguments.command == "schema":
+            from servesim_conformance.evolution.cli import run_schema
+
+            return run_schema(arguments)
+        if arguments.command == "migrate":
+            from servesim_conformance.evolution.cli import run_migrate
+
+            return run_migrate(arguments)
         if arguments.command == "import":
             return _import(arguments)
         return _validate(arguments)

@@ -41,11 +41,13 @@ def main() -> int:
             described["protocol_version"] = 99
         if mode == "no-chunking":
             described["features"].remove("prefill.chunked")
+        if mode == "reads-only-2.0":
+            described["schema_versions"]["workload"] = ["2.0"]
         print(json.dumps(described))
         return 0
     output = Path(_option(arguments, "--output"))
     trace = "--trace" in arguments
-    if mode in {"honest", "bad-protocol", "no-chunking"}:
+    if mode in {"honest", "bad-protocol", "no-chunking", "reads-only-2.0"}:
         return reference_main(["replay", *arguments])
     if mode == "crash":
         raise RuntimeError("simulated crash")

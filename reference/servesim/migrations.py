@@ -1,0 +1,205 @@
+"""Upgrading documents from older schema versions to the current one (SPEC.md R2, versioning).
+
+A migration is one small, pure function from a document at one version to the same document at
+the next version: it never mutates its argument, reads nothing but its argument and gives the same
+output for the same input. Upgrading across several versions is the chain of those steps, so each
+step can be reviewed (and tested) on its own, and a version is never skipped.
+
+The reference reads only version 1.0 of every kind today, so ``CHAIN`` holds no migration: every
+document it reads is already current. The machinery is exercised by the test fixtures in
+``tests/evolution_fixtures/``, which declare a 1.1 and a 2.0 scenario and the chain between them.
+
+Problems are data (``InputProblem``, with a JSON pointer) like every other input problem, so the
+command line reports them the way it reports an invalid document.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from servesim.errors import InputProblem, InvalidInput
+from servesim.schemas import SUPPORTED_VERSIONS
+
+#: A migration step: a document at ``source`` in, a new document at ``target`` out.
+Upgrade = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+#: A schema version (SPEC.md R2).
+_VERSION = re.compile(r"[0-9]+\.[0-9]+")
+
+
+def version_key(version: str) -> tuple[int, int]:
+    """``"MAJOR.MINOR"`` as a pair that sorts numerically ("1.10" after "1.9")."""
+    if _VERSION.fullmatch(version) is None:
+        raise ValueError(f'{version!r} is not a "MAJOR.MINOR" version')
+    major, _, minor = version.partition(".")
+    return int(major), int(minor)
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the chain: ``kind`` documents from ``source`` to ``target``.
+
+    ``summary`` says what the step changes, in the words a pull-request reviewer needs ("renames
+    scheduler.prefill.max_chunk_tokens to chunk_tokens"); the review quotes it.
+    """
+
+    kind: str
+    source: str
+    target: str
+    summary: str
+    upgrade: Upgrade
+
+    def __post_init__(self) -> None:
+        # A step that does not go up would let a chain loop; refuse it where it is written.
+        if version_key(self.target) <= version_key(self.source):
+            raise ValueError(f"a migration goes up: {self.source} -> {self.target} does not")
+
+    def apply(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """The upgraded document; ``document`` is left untouched, whatever ``upgrade`` does.
+
+        The deep copy is what makes every step pure even if its author wrote it with in-place
+        edits: the caller's document is never shared with the result.
+        """
+        upgraded = self.upgrade(copy.deepcopy(dict(document)))
+        upgraded["schema_version"] = self.target
+        return upgraded
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """The outcome of ``MigrationChain.migrate``: the document and the steps that made it."""
+
+    document: dict[str, Any]
+    kind: str
+    source: str
+    target: str
+    steps: tuple[Migration, ...]
+
+    @property
+    def changed(self) -> bool:
+        """Whether any step ran (a document already at the target version is returned as is)."""
+        return bool(self.steps)
+
+
+@dataclass(frozen=True)
+class MigrationChain:
+    """Every migration step, and the current version of every kind (where ``migrate`` goes).
+
+    A minor version reads the earlier minors of its major (the versioning policy), so their
+    steps only relabel; a major version's step does the real work.
+    """
+
+    migrations: tuple[Migration, ...]
+    current: Mapping[str, str]
+
+    def sources(self, kind: str) -> tuple[str, ...]:
+        """Every version of ``kind`` this chain can bring to the current version, oldest first."""
+        target = self.current[kind]
+        found = {target}
+        grew = True
+        while grew:
+            grew = False
+            for step in self.migrations:
+                if step.kind == kind and step.target in found and step.source not in found:
+                    found.add(step.source)
+                    grew = True
+        return tuple(sorted(found, key=version_key))
+
+    def path(self, kind: str, source: str, target: str | None = None) -> tuple[Migration, ...]:
+        """The steps from ``source`` to ``target`` (default: current), or ``InvalidInput``.
+
+        Steps only go up, one version at a time, so the path, when there is one, is unique: the
+        chain is a list per kind, not a graph to search.
+        """
+        goal = target if target is not None else self.current[kind]
+        for version in (source, goal):
+            if _VERSION.fullmatch(version) is None:
+                raise InvalidInput(
+                    [
+                        InputProblem(
+                            "", "/schema_version", f'{version!r} is not a "MAJOR.MINOR" version'
+                        )
+                    ]
+                )
+        steps: list[Migration] = []
+        version = source
+        while version != goal:
+            following = [
+                step for step in self.migrations if (step.kind, step.source) == (kind, version)
+            ]
+            if len(following) != 1 or version_key(version) > version_key(goal):
+                raise InvalidInput(
+                    [
+                        InputProblem(
+                            "",
+                            "/schema_version",
+                            f"no migration of {kind} documents from {version!r} to {goal!r}; "
+                            "this servesim migrates from: "
+                            + ", ".join(repr(each) for each in self.sources(kind)),
+                        )
+                    ]
+                )
+            steps.append(following[0])
+            version = following[0].target
+        return tuple(steps)
+
+    def migrate(
+        self, document: Mapping[str, Any], file: str = "", target: str | None = None
+    ) -> Migrated:
+        """``document`` upgraded to ``target`` (default: the current version of its kind).
+
+        Only the header (R2) is checked here; whether the result is a valid document is for the
+        caller to check with the target version's schema, because the chain does not know it.
+        """
+        kind = document.get("document")
+        if not isinstance(kind, str) or kind not in self.current:
+            raise InvalidInput(
+                [
+                    InputProblem(
+                        file,
+                        "/document",
+                        f"{kind!r} is not a document kind; expected one of: "
+                        + ", ".join(sorted(self.current)),
+                    )
+                ]
+            )
+        source = document.get("schema_version")
+        if not isinstance(source, str):
+            raise InvalidInput(
+                [InputProblem(file, "/schema_version", 'missing; expected a "MAJOR.MINOR" string')]
+            )
+        try:
+            steps = self.path(kind, source, target)
+        except InvalidInput as error:
+            raise InvalidInput(
+                [InputProblem(file, problem.pointer, problem.message) for problem in error.problems]
+            ) from None
+        result = dict(document)
+        for step in steps:
+            result = step.apply(result)
+        goal = target if target is not None else self.current[kind]
+        return Migrated(document=result, kind=kind, source=source, target=goal, steps=steps)
+
+
+def relabel(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The upgrade of a minor version: nothing changes but the version, which ``apply`` sets.
+
+    A minor version only adds what old documents may leave out (the versioning policy), so an
+    old document is already a valid new one once it says so.
+    """
+    return dict(document)
+
+
+#: The reference's chain. Empty while every kind has one version; a new version adds its step
+#: here in the same commit as its schema (tests/test_evolution_release.py checks that every
+#: released version has a path to the current one, and ``servesim schema review`` that a new
+#: version comes with its step).
+CHAIN = MigrationChain(
+    migrations=(),
+    current={kind: versions[-1] for kind, versions in SUPPORTED_VERSIONS.items()},
+)

@@ -1,0 +1,227 @@
+"""``servesim migrate``: a chain of small pure steps, and a migrated document replays the same.
+
+The reference reads only 1.0, so its chain is empty; the chain of the deliberate evolution in
+``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 2.0) exercises the machinery, and its 2.0
+reader (``load_scenario_2_0``) stands for an implementation that reads 2.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.documents import load_document
+from servesim.errors import InvalidInput
+from servesim.migrations import CHAIN, Migration, MigrationChain
+from servesim.replay import replay_documents
+from servesim_conformance.evolution.cli import add_migrate_arguments, migrate_file, run_migrate
+from servesim_conformance.strategies import requests, scenarios
+from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
+from tests.evolution_fixtures import SCENARIO_1_1, SCENARIO_2_0, load, load_scenario_2_0
+from tests.helpers import scenario_doc, timing_doc, workload_doc
+
+
+def _bytes(document: dict[str, Any]) -> bytes:
+    return (json.dumps(document, indent=2) + "\n").encode()
+
+
+def test_reference_chain_is_empty_and_1_0_documents_are_current() -> None:
+    assert CHAIN.migrations == ()
+    document = scenario_doc()
+    migrated = CHAIN.migrate(document)
+    assert not migrated.changed
+    assert migrated.document == document
+    assert CHAIN.sources("scenario") == ("1.0",)
+
+
+def test_fixture_chain_goes_one_version_at_a_time() -> None:
+    steps = FIXTURE_CHAIN.path("scenario", "1.0")
+    assert [(step.source, step.target) for step in steps] == [("1.0", "1.1"), ("1.1", "2.0")]
+    assert FIXTURE_CHAIN.sources("scenario") == ("1.0", "1.1", "2.0")
+    assert FIXTURE_CHAIN.path("scenario", "1.1", "1.1") == ()
+
+
+def test_chunked_scenario_migrates_to_2_0_with_the_renamed_member() -> None:
+    migrated = FIXTURE_CHAIN.migrate(scenario_doc(max_chunk_tokens=8), "s.json")
+    assert migrated.changed
+    assert migrated.target == "2.0"
+    assert migrated.document["schema_version"] == "2.0"
+    assert migrated.document["scheduler"]["prefill"] == {"mode": "chunked", "chunk_tokens": 8}
+
+
+@pytest.mark.parametrize(
+    ("document", "target", "message"),
+    [
+        ({**scenario_doc(), "schema_version": "0.9"}, None, "from '0.9' to '2.0'"),
+        ({**scenario_doc(), "schema_version": "2.0"}, "1.1", "from '2.0' to '1.1'"),
+        ({**scenario_doc(), "document": "sceanrio"}, None, "not a document kind"),
+        ({"document": "scenario"}, None, "missing"),
+        ({**scenario_doc(), "schema_version": "one"}, None, 'is not a "MAJOR.MINOR"'),
+        (scenario_doc(), "latest", 'is not a "MAJOR.MINOR"'),
+    ],
+    ids=["unknown version", "downgrade", "unknown kind", "no version", "bad version", "bad target"],
+)
+def test_impossible_migration_is_invalid_input_with_a_pointer(
+    document: dict[str, Any], target: str | None, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as raised:
+        FIXTURE_CHAIN.migrate(document, "in.json", target)
+    (problem,) = raised.value.problems
+    assert problem.file == "in.json"
+    assert problem.pointer in {"/schema_version", "/document"}
+    assert message in problem.message
+
+
+def test_a_step_must_go_up() -> None:
+    with pytest.raises(ValueError, match="a migration goes up"):
+        Migration("scenario", "1.1", "1.0", "down", lambda document: dict(document))
+
+
+def test_a_step_that_edits_its_argument_in_place_still_leaves_the_caller_s_document_alone() -> None:
+    def careless(document: Any) -> dict[str, Any]:
+        document["fleet"]["workers"] += 1  # an in-place edit, as a hurried author might write
+        result: dict[str, Any] = document
+        return result
+
+    chain = MigrationChain(
+        migrations=(Migration("scenario", "1.0", "1.1", "adds a worker", careless),),
+        current={"scenario": "1.1"},
+    )
+    original = scenario_doc(workers=2)
+    kept = copy.deepcopy(original)
+    migrated = chain.migrate(original)
+    assert original == kept
+    assert migrated.document["fleet"]["workers"] == 3
+
+
+@settings(max_examples=100)
+@given(document=scenarios())
+def test_every_step_is_pure_and_lands_on_a_valid_document_of_its_version(
+    document: dict[str, Any],
+) -> None:
+    schemas = {"1.1": load(SCENARIO_1_1), "2.0": load(SCENARIO_2_0)}
+    kept = copy.deepcopy(document)
+    current: dict[str, Any] = document
+    for step in FIXTURE_CHAIN.path("scenario", "1.0"):
+        upgraded = step.apply(current)
+        assert step.apply(current) == upgraded, "the same input gives the same output"
+        jsonschema.Draft202012Validator(schemas[step.target]).validate(upgraded)
+        current = upgraded
+    assert document == kept, "no step touched its input"
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenario=scenarios(), items=requests(max_size=8), data=st.data())
+def test_replaying_a_migrated_scenario_gives_the_original_s_report(
+    scenario: dict[str, Any], items: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    """A 1.0 scenario replayed by the reference (which reads 1.0) and its 2.0 migration replayed
+    by a 2.0 reader give the same report; only the scenario's digest differs, as its bytes do."""
+    workload_bytes = _bytes({"document": "workload", "schema_version": "1.0", "requests": items})
+    timing_bytes = _bytes(timing_doc())
+    workload = load_document(workload_bytes, "w.json", "workload")
+    timing = load_document(timing_bytes, "t.json", "timing_profile")
+    original_bytes = _bytes(scenario)
+    migrated_bytes = _bytes(FIXTURE_CHAIN.migrate(scenario).document)
+    original = json.loads(
+        replay_documents(load_document(original_bytes, "s.json", "scenario"), workload, timing)
+    )
+    migrated = json.loads(
+        replay_documents(load_scenario_2_0(migrated_bytes, "s2.json"), workload, timing)
+    )
+    assert original["inputs"]["scenario"]["sha256"] == hashlib.sha256(original_bytes).hexdigest()
+    assert migrated["inputs"]["scenario"]["sha256"] == hashlib.sha256(migrated_bytes).hexdigest()
+    del original["inputs"]["scenario"], migrated["inputs"]["scenario"]
+    assert migrated == original
+
+
+def test_2_0_reader_rejects_the_old_member_name() -> None:
+    """The comparison above is not vacuous: the 2.0 reader does read what it is given."""
+    unmigrated = {**scenario_doc(max_chunk_tokens=4), "schema_version": "2.0"}
+    with pytest.raises(InvalidInput):
+        load_scenario_2_0(_bytes(unmigrated), "s.json")
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def _fixture_check(data: bytes, file: str, kind: str) -> None:
+    load_scenario_2_0(data, file)
+
+
+def test_migrate_file_writes_the_upgraded_document(tmp_path: Path) -> None:
+    source = tmp_path / "scenario.json"
+    source.write_bytes(_bytes(scenario_doc(max_chunk_tokens=16)))
+    output = tmp_path / "scenario-2.0.json"
+    status = migrate_file(str(source), chain=FIXTURE_CHAIN, check=_fixture_check, output=output)
+    assert status == 0
+    written = json.loads(output.read_bytes())
+    assert written["schema_version"] == "2.0"
+    assert written["scheduler"]["prefill"]["chunk_tokens"] == 16
+
+
+def test_migrate_file_writes_nothing_when_the_result_is_invalid(tmp_path: Path) -> None:
+    source = tmp_path / "scenario.json"
+    source.write_bytes(_bytes(scenario_doc(max_num_seqs=8, max_batched_tokens=4)))  # breaks R4
+    output = tmp_path / "out.json"
+    status = migrate_file(str(source), chain=FIXTURE_CHAIN, check=_fixture_check, output=output)
+    assert status == 2
+    assert not output.exists()
+
+
+def _run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="servesim migrate")
+    add_migrate_arguments(parser)
+    return run_migrate(parser.parse_args(argv))
+
+
+def test_servesim_migrate_leaves_a_current_document_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "workload.json"
+    data = (
+        b'{"document":"workload","schema_version":"1.0","requests":'
+        b'[{"id":"a","arrival_us":0,"prompt_tokens":1,"max_output_tokens":1}]}'
+    )
+    source.write_bytes(data)
+    output = tmp_path / "out.json"
+    assert _run(str(source), "--output", str(output)) == 0
+    assert output.read_bytes() == data
+    assert "already workload 1.0; unchanged" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            b'{"document":"workload","schema_version":"0.1","requests":[]}',
+            "this servesim migrates from: '1.0'",
+        ),
+        (b'{"document": "workload", "document": "x"}', "duplicate object key"),
+        (json.dumps(workload_doc()).encode(), "/requests"),
+    ],
+    ids=["unknown version", "not strict JSON", "invalid after migration"],
+)
+def test_servesim_migrate_reports_invalid_input_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, expected: str
+) -> None:
+    source = tmp_path / "in.json"
+    source.write_bytes(content)
+    assert _run(str(source)) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_servesim_migrate_of_a_missing_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(str(tmp_path / "nothing.json")) == 2
+    assert "cannot read the file" in capsys.readouterr().err

@@ -1,0 +1,154 @@
+"""Released schema versions are immutable (the versioning policy, R34).
+
+``schemas/released/`` holds a frozen copy of every released version and ``SHA256SUMS`` their
+digests. The checksums alone would let an edit through together with a matching edit of
+``SHA256SUMS``, so each release's list of digests is itself pinned here, in ``RELEASES``: a
+released file that changes by one byte fails this module whatever else changes with it. A new
+release adds its line to ``RELEASES``; no existing line ever changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from servesim.migrations import CHAIN
+from servesim.schemas import SUPPORTED_VERSIONS
+from servesim_conformance.evolution.catalog import (
+    SUMS,
+    read_work_tree,
+    released_problems,
+    released_schemas,
+)
+from servesim_conformance.evolution.policy import Level
+from servesim_conformance.evolution.review import review_files
+from tests.helpers import REPO
+
+SCHEMAS = REPO / "schemas"
+
+#: Release -> SHA-256 of its lines of SHA256SUMS (path order). Append-only.
+RELEASES = {
+    "1.0": "537929d2a64c862a69d90a20e4c480f26da5e8da24796f817bc03ecbca58aecb",
+    "harness/1": "b44c75b3ccec1e28acb81320bb7a3b84db1283d44d63b5d1a4761f312b4344d4",
+}
+
+
+def release_digests(files: dict[str, bytes]) -> dict[str, str]:
+    """Per release folder, the digest of its lines of ``SHA256SUMS``."""
+    groups: dict[str, list[str]] = {}
+    for line in files[SUMS].decode("utf-8").splitlines():
+        path = line.split("  ", 1)[1]
+        groups.setdefault(path.rsplit("/", 1)[0], []).append(line)
+    return {
+        release: hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
+        for release, lines in groups.items()
+    }
+
+
+def immutability_problems(files: dict[str, bytes]) -> list[str]:
+    """Checksum failures, and releases whose pinned digest list differs from ``RELEASES``."""
+    problems = released_problems(files)
+    if SUMS in files:
+        for release, digest in release_digests(files).items():
+            if release not in RELEASES:
+                problems.append(f"release {release} is not pinned in RELEASES")
+            elif RELEASES[release] != digest:
+                problems.append(f"release {release} changed: its files are not the ones released")
+        problems += [
+            f"release {release} is gone"
+            for release in RELEASES
+            if release not in release_digests(files)
+        ]
+    return problems
+
+
+def test_released_schemas_are_unchanged_since_their_release() -> None:
+    assert immutability_problems(read_work_tree(SCHEMAS)) == []
+
+
+@pytest.fixture
+def schemas_copy(tmp_path: Path) -> Path:
+    """A scratch copy of ``schemas/`` to damage."""
+    copy = tmp_path / "schemas"
+    shutil.copytree(SCHEMAS, copy)
+    return copy
+
+
+def test_one_byte_changed_in_a_released_file_is_caught(schemas_copy: Path) -> None:
+    released = schemas_copy / "released" / "1.0" / "scenario.schema.json"
+    data = bytearray(released.read_bytes())
+    data[-2:-1] = b" "  # one byte: the final closing brace becomes a space
+    released.write_bytes(bytes(data))
+    problems = immutability_problems(read_work_tree(schemas_copy))
+    assert problems == [
+        "released/1.0/scenario.schema.json has changed since its release (its SHA-256 differs)"
+    ]
+
+
+def test_a_change_with_its_checksum_updated_is_still_caught(schemas_copy: Path) -> None:
+    released = schemas_copy / "released" / "1.0" / "workload.schema.json"
+    old_digest = hashlib.sha256(released.read_bytes()).hexdigest()
+    released.write_bytes(released.read_bytes().replace(b"at least one", b"at least 1"))
+    sums = schemas_copy / "released" / "SHA256SUMS"
+    new_digest = hashlib.sha256(released.read_bytes()).hexdigest()
+    sums.write_text(sums.read_text().replace(old_digest, new_digest))
+    files = read_work_tree(schemas_copy)
+    assert released_problems(files) == []
+    assert immutability_problems(files) == [
+        "release 1.0 changed: its files are not the ones released"
+    ]
+
+
+def test_an_unlisted_or_missing_released_file_is_caught(schemas_copy: Path) -> None:
+    (schemas_copy / "released" / "1.0" / "extra.schema.json").write_text("{}")
+    (schemas_copy / "released" / "harness" / "1" / "describe.schema.json").unlink()
+    assert released_problems(read_work_tree(schemas_copy)) == [
+        "released/harness/1/describe.schema.json is listed in released/SHA256SUMS but missing",
+        "released/1.0/extra.schema.json is not listed in released/SHA256SUMS",
+    ]
+
+
+def test_released_schemas_are_valid_draft_2020_12() -> None:
+    for path in sorted((SCHEMAS / "released").rglob("*.schema.json")):
+        jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text("utf-8")))
+
+
+def test_every_version_the_reference_reads_is_released() -> None:
+    released = released_schemas(read_work_tree(SCHEMAS))
+    for kind, versions in SUPPORTED_VERSIONS.items():
+        assert set(versions) <= {entry.version for entry in released[kind]}, kind
+
+
+def test_every_released_version_migrates_to_the_current_one() -> None:
+    for kind, entries in released_schemas(read_work_tree(SCHEMAS)).items():
+        if entries[0].versioned:
+            for entry in entries:
+                assert CHAIN.path(kind, entry.version) is not None
+
+
+def test_work_tree_schemas_keep_the_policy_against_the_last_release() -> None:
+    """The current schemas may differ from their release only as the policy allows."""
+    review = review_files(read_work_tree(SCHEMAS), chain=CHAIN, head_label="work tree", examples=50)
+    assert review.level is Level.OK, [
+        (document.kind, finding.message)
+        for document in review.documents
+        for finding in document.findings
+    ]
+
+
+def test_describe_declares_every_kind_s_versions_and_each_is_released() -> None:
+    """The --describe handshake is how an implementation says which versions it reads (R38)."""
+    from servesim.describe import description
+    from servesim_conformance.schemas import validate_harness_document
+
+    described = description("0")
+    assert validate_harness_document("describe", described) == []
+    released = released_schemas(read_work_tree(SCHEMAS))
+    for kind, versions in described["schema_versions"].items():
+        assert versions == list(SUPPORTED_VERSIONS[kind])
+        assert set(versions) <= {entry.version for entry in released[kind]}
