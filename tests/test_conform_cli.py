@@ -4,6 +4,7 @@ and the property tier's runner against broken implementations."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,38 @@ def test_divergence_is_written_as_a_golden_case(tmp_path: Path) -> None:
     ]
     report = json.loads((folder / "expected-report.json").read_text())
     assert [entry["id"] for entry in report["requests"]] == ["a", "b", "c"]
+
+
+def test_differential_mode_shrinks_a_divergence_into_a_golden_case(tmp_path: Path) -> None:
+    """A plausible bug (R22 rounded down) is found, shrunk and written as a case folder."""
+    environment = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "SERVESIM_PROPERTY_EXAMPLES": "20"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(REPO / "conformance" / "tests" / "test_properties.py"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--differential",
+            "-k",
+            "differential",
+            "--impl",
+            fake_command("floor-rounding"),
+            "--divergence-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        cwd=REPO,
+    )
+    assert result.returncode == 1, result.stdout[-2000:]
+    case = tmp_path / "diverged"
+    assert "report differs from the reference" in result.stdout
+    workload = json.loads((case / "workload.json").read_text())
+    assert len(workload["requests"]) == 1, "hypothesis shrank the workload to one request"
+    assert (case / "expected-report.json").is_file()
+    assert (case / "DIVERGENCE.md").is_file()

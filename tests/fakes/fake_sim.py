@@ -47,6 +47,21 @@ def main() -> int:
         return 0
     output = Path(_option(arguments, "--output"))
     trace = "--trace" in arguments
+    if mode == "floor-rounding":  # a plausible bug: R22 rounded down instead of up
+        from servesim.model import SyntheticLinearTiming
+
+        def floor_duration(
+            self: SyntheticLinearTiming, *, decode_requests: int, prefill_tokens: int
+        ) -> int:
+            total = (
+                self.step_overhead_ns
+                + prefill_tokens * self.prefill_token_ns
+                + decode_requests * self.decode_token_ns
+            )
+            return max(1, total // 1000)
+
+        SyntheticLinearTiming.step_duration_us = floor_duration  # type: ignore[method-assign]
+        return reference_main(["replay", *arguments])
     if mode in {"honest", "bad-protocol", "no-chunking", "reads-only-2.0"}:
         return reference_main(["replay", *arguments])
     if mode == "crash":
@@ -76,7 +91,11 @@ def main() -> int:
         output.write_bytes(b'{"document": "report", "schema_version": "1.0"}\n')
     elif mode == "wrong-numbers":
         value = json.loads(report)
-        value["requests"][0]["token_times_us"][-1] += 1
+        completed = [entry for entry in value["requests"] if entry["token_times_us"]]
+        if completed:
+            completed[0]["token_times_us"][-1] += 1
+        else:
+            value["summary"]["steps"] += 1
         output.write_bytes(canonical_json(value))
     elif mode == "pretty-printed":
         output.write_text(json.dumps(json.loads(report), indent=2, sort_keys=True) + "\n")
