@@ -85,6 +85,16 @@ def canonical_array(values: Iterable[Any], *, batch: int = 2048) -> Iterator[byt
     yield b"]"
 
 
+def encoded_array(items: Iterable[bytes], *, batch: int = 4096) -> Iterator[bytes]:
+    """A JSON array of elements that are each canonical bytes already, in pieces."""
+    yield b"["
+    separator = b""
+    for chunk in _batched(items, batch):
+        yield separator + b",".join(chunk)
+        separator = b","
+    yield b"]"
+
+
 def _batched(values: Iterable[Any], size: int) -> Iterator[tuple[Any, ...]]:
     """``itertools.batched``, which Python 3.11 lacks."""
     iterator = iter(values)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from servesim.admission import REJECT_REASONS
-from servesim.canonical import canonical_array, canonical_bytes
+from servesim.canonical import canonical_array, canonical_bytes, encoded_array
 from servesim.simulation import SimulationResult
 from servesim.worker import RequestState, Step, Worker
 
@@ -171,27 +171,43 @@ def _worker_entry(worker: Worker, makespan_us: int) -> dict[str, Any]:
     }
 
 
-def _trace_entries(step: Step) -> list[dict[str, Any]]:
-    """R30: the trace entries of a step, one per step of a run of identical steps."""
+#: R30's trace entry with its members in RFC 8785 order; the strings inside are canonical already.
+_TRACE_ENTRY = (
+    b'{"batched_tokens":%d,"decode_requests":%b,"end_us":%d,"prefill":%b,'
+    b'"prefill_tokens":%d,"start_us":%d,"worker":%d}'
+)
+
+
+def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
+    """R30: the trace entries of a step, one per step of a run of identical steps, as
+    ``(start_us, worker, canonical bytes)``.
+
+    A long replay has millions of steps, so an entry is filled into a byte template instead of
+    going through a dictionary: only its integers change within a run, and its two lists are
+    serialised by ``canonical_bytes`` once per step.
+    """
     prefill_tokens = step.prefill_tokens
-    decode_requests = [state.request.id for state in step.decode]
-    prefill = [{"id": state.request.id, "tokens": tokens} for state, tokens in step.prefill]
-    return [
-        {
-            "worker": step.worker,
-            "start_us": start,
-            "end_us": start + step.duration_us,
-            "decode_requests": decode_requests,
-            "prefill": prefill,
-            "prefill_tokens": prefill_tokens,
-            "batched_tokens": len(step.decode) + prefill_tokens,
-        }
-        for start in range(step.start_us, step.end_us, step.duration_us)
-    ]
+    decode_requests = canonical_bytes([state.request.id for state in step.decode])
+    prefill = canonical_bytes(
+        [{"id": state.request.id, "tokens": tokens} for state, tokens in step.prefill]
+    )
+    batched = len(step.decode) + prefill_tokens
+    for start in range(step.start_us, step.end_us, step.duration_us):
+        end = start + step.duration_us
+        entry = _TRACE_ENTRY % (
+            batched,
+            decode_requests,
+            end,
+            prefill,
+            prefill_tokens,
+            start,
+            step.worker,
+        )
+        yield start, step.worker, entry
 
 
-def _trace(steps: list[Step]) -> Iterator[dict[str, Any]]:
-    """R30: every step of every worker, in order of (start_us, worker).
+def _trace(steps: list[Step]) -> Iterator[bytes]:
+    """R30: every step of every worker, in order of (start_us, worker), as canonical bytes.
 
     Each worker's steps are formed in time order, so merging the workers' streams orders the
     whole trace without holding it in memory at once.
@@ -203,7 +219,7 @@ def _trace(steps: list[Step]) -> Iterator[dict[str, Any]]:
         (entry for step in worker_steps for entry in _trace_entries(step))
         for worker_steps in by_worker.values()
     ]
-    return heapq.merge(*streams, key=lambda entry: (entry["start_us"], entry["worker"]))
+    return (entry for _, _, entry in heapq.merge(*streams))
 
 
 def report_chunks(result: SimulationResult, inputs: dict[str, bytes]) -> Iterator[bytes]:
@@ -224,6 +240,6 @@ def report_chunks(result: SimulationResult, inputs: dict[str, bytes]) -> Iterato
     if result.steps is None:
         yield b"null"
     else:
-        yield from canonical_array(_trace(result.steps))
+        yield from encoded_array(_trace(result.steps))
     workers = [_worker_entry(worker, makespan_us) for worker in result.workers]
     yield b',"workers":' + canonical_bytes(workers) + b"}\n"
