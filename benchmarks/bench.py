@@ -199,7 +199,10 @@ def main() -> int:
     missing = [name for name, path in SOURCES.items() if not path.is_file()]
     if missing:
         print(f"the traces are not at {TRACES} (missing: {', '.join(missing)})", file=sys.stderr)
-        return 2
+        if os.environ.get("CI"):
+            return 2  # CI always has the traces beside the clone: their absence is a fault
+        print("nothing measured: benchmarks need the real traces", file=sys.stderr)
+        return 0
     limit = 1500 if arguments.short else None
     with tempfile.TemporaryDirectory(prefix="servesim-bench-") as temporary:
         folder = Path(temporary)

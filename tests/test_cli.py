@@ -324,6 +324,57 @@ def test_r32_unwritable_output_exits_2_without_traceback(tmp_path: Path) -> None
     assert not output.parent.exists()
 
 
+def test_r32_output_that_is_an_input_is_refused(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    before = paths["scenario"].read_bytes()
+    result = run_servesim(*replay_args(paths, paths["scenario"]))
+    assert result.returncode == 2
+    assert "is one of the inputs" in result.stderr
+    assert paths["scenario"].read_bytes() == before
+
+
+def test_r32_writes_through_links_and_keeps_the_umask_mode(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old")
+    link.symlink_to(real.name)
+    assert run_servesim(*replay_args(paths, link)).returncode == 0
+    assert link.is_symlink()
+    assert json.loads(real.read_bytes())["document"] == "report"
+    fresh = tmp_path / "fresh.json"
+    assert run_servesim(*replay_args(paths, fresh)).returncode == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_r32_writes_into_a_pipe_instead_of_replacing_it(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    result = subprocess.run(
+        [sys.executable, "-m", "servesim", *map(str, replay_args(paths, Path("/dev/stdout")))],
+        capture_output=True,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["document"] == "report"
+
+
+def test_r5_reports_every_invalid_input_at_once(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, {}, {}, timing_doc())
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    _assert_rejected(result, output, str(paths["scenario"]), str(paths["workload"]))
+
+
+def test_r3_patterns_have_ecma_meaning(tmp_path: Path) -> None:
+    """ "$" ends the string in ECMA-262; Python's would also accept a final newline."""
+    documents = valid_documents()
+    documents["workload"]["requests"][0]["id"] = "a\n"
+    paths = write_inputs(tmp_path, *documents.values())
+    output = tmp_path / "report.json"
+    _assert_rejected(run_servesim(*replay_args(paths, output)), output, "at /requests/0/id:")
+
+
 def test_r32_usage_error_exits_2() -> None:
     result = run_servesim("replay", "--scenario", "x.json")
     assert result.returncode == 2

@@ -4,6 +4,7 @@ none is ever counted as a pass."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,10 +113,40 @@ def test_undeclared_feature_skips_the_case() -> None:
 
 def test_undeclared_input_version_skips_the_case() -> None:
     """R38: a case whose inputs are at a version the implementation does not read is skipped."""
-    implementation = fake("reads-only-2.0")
-    result = run_case(VALID, implementation, implementation.describe())
+    implementation = fake("honest")
+    description = implementation.describe()
+    future = Case(
+        id="valid/smoke-one-request",
+        folder=VALID.folder,
+        description="the same inputs, labelled as a later version",
+        schema_version="1.1",
+        features=frozenset(),
+        rules=("R38",),
+    )
+    result = run_case(future, implementation, description)
     assert result.outcome is Outcome.SKIP
-    assert "undeclared for: workload" in result.message
+    assert "undeclared for: scenario, timing_profile, workload" in result.message
+
+
+def test_protocol_1_requires_version_1_0() -> None:
+    with pytest.raises(HarnessError, match=r"does not declare schema version 1\.0 for: workload"):
+        fake("reads-only-2.0").describe()
+
+
+def test_output_is_bounded_and_leftover_processes_are_killed(tmp_path: Path) -> None:
+    marker = tmp_path / "survived"
+    grandchild = f"import time; time.sleep(2); open({str(marker)!r}, 'w')"
+    script = tmp_path / "chatty.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        "sys.stdout.write('x' * 3_000_000)\n"
+        f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
+    )
+    run = Implementation((sys.executable, str(script)), timeout_s=10).run([])
+    assert run.returncode == 0, run.stderr
+    assert len(run.stdout) == 1 << 20
+    time.sleep(3)
+    assert not marker.exists(), "a grandchild outlived its case"
 
 
 def test_expected_failures_are_strict() -> None:

@@ -93,6 +93,7 @@ def test_limit_window_and_speedup(tmp_path: Path) -> None:
         ("azure", AZURE + "2023-11-16 18:15:51.1,12,x\n", ":5: field 'GeneratedTokens'"),
         ("azure", AZURE + "yesterday,12,3\n", ":5: field 'TIMESTAMP'"),
         ("azure", "time,in,out\n", ":1: field '(header)'"),
+        ("azure", AZURE + "2023-11-16 18:15:51.1,12,4\u00b2\n", ":5: field 'GeneratedTokens'"),
     ],
 )
 def test_malformed_record_exits_2_naming_line_and_field(
@@ -105,6 +106,24 @@ def test_malformed_record_exits_2_naming_line_and_field(
     assert result.returncode == 2
     assert f"{trace}{where}" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not output.exists()
+
+
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.write_bytes(MOONCAKE.encode() + b'{"timestamp": 9000, "input_length": "\xff"}\n')
+    result = run_import("mooncake", trace, "-o", tmp_path / "w.json")
+    assert result.returncode == 2
+    assert f"{trace}:4: field '(line)': not UTF-8" in result.stderr
+
+
+def test_values_beyond_the_schema_are_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text('{"timestamp": 0, "input_length": 99999999999999, "output_length": 1}\n')
+    output = tmp_path / "w.json"
+    result = run_import("mooncake", trace, "-o", output)
+    assert result.returncode == 2
+    assert "at /requests/0/prompt_tokens" in result.stderr
     assert not output.exists()
 
 

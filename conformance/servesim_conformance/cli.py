@@ -137,4 +137,7 @@ def run_from_arguments(arguments: argparse.Namespace) -> int:
             arguments.write_expected_failures, (json.dumps(document, indent=2) + "\n").encode()
         )
     failed = adapter_broken or any(result.outcome.is_problem for result in results)
+    if not any(result.outcome is not Outcome.SKIP for result in results):
+        print("servesim conform: no case ran, so nothing was checked", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_FAILED if failed else EXIT_PASSED

@@ -6,15 +6,17 @@ The contract is toml-test's, made stricter: an argv list (never a shell string),
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from servesim_conformance.schemas import validate_harness_document
 
@@ -23,6 +25,21 @@ SUPPORTED_PROTOCOLS: tuple[int, ...] = (1,)
 
 #: Default seconds one run of an implementation may take before it counts as a timeout.
 DEFAULT_TIMEOUT_S = 10.0
+
+
+#: How much of an implementation's standard output and error the harness keeps (the tail).
+OUTPUT_LIMIT = 1 << 20
+
+
+def _kill_group(group: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
+        os.killpg(group, signal.SIGKILL)
+
+
+def _tail(stream: IO[bytes]) -> str:
+    size = stream.seek(0, os.SEEK_END)
+    stream.seek(max(0, size - OUTPUT_LIMIT))
+    return stream.read().decode("utf-8", errors="replace")
 
 
 class HarnessError(Exception):
@@ -96,28 +113,41 @@ class Implementation:
         return implementation, (path.parent / expected) if expected else None
 
     def run(self, arguments: list[str]) -> Run:
-        """Run the command with ``arguments``; on timeout kill its whole process group."""
+        """Run the command with ``arguments``; afterwards kill whatever it left running.
+
+        Output goes to temporary files, of which only the last ``OUTPUT_LIMIT`` bytes are kept,
+        so a chatty implementation cannot exhaust the harness's memory. The command runs in its
+        own process group, which is killed on timeout and after every run, so that neither a
+        hung child nor a stray grandchild outlives the case.
+        """
         started = time.perf_counter()
-        try:
-            process = subprocess.Popen(
-                [*self.argv, *arguments],
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                errors="replace",
-                start_new_session=True,
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            try:
+                process = subprocess.Popen(
+                    [*self.argv, *arguments],
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                raise HarnessError(f"cannot start {self.argv[0]!r}: {error.strerror}") from None
+            timed_out = False
+            try:
+                process.wait(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            _kill_group(process.pid)
+            process.wait()
+            duration = time.perf_counter() - started
+            return Run(
+                None if timed_out else process.returncode,
+                _tail(stdout),
+                _tail(stderr),
+                duration,
+                timed_out=timed_out,
             )
-        except OSError as error:
-            raise HarnessError(f"cannot start {self.argv[0]!r}: {error.strerror}") from None
-        try:
-            stdout, stderr = process.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            return Run(None, stdout, stderr, time.perf_counter() - started, timed_out=True)
-        return Run(process.returncode, stdout, stderr, time.perf_counter() - started)
 
     def describe(self) -> Description:
         """The ``--describe`` handshake; refuses protocol versions this harness does not know."""
@@ -138,6 +168,14 @@ class Implementation:
             raise HarnessError(
                 f"the implementation speaks harness protocol {raw['protocol_version']}; this "
                 f"harness speaks {', '.join(map(str, SUPPORTED_PROTOCOLS))}"
+            )
+        unread = sorted(
+            kind for kind, versions in raw["schema_versions"].items() if "1.0" not in versions
+        )
+        if unread:  # R38: under protocol 1 every implementation reads and writes 1.0
+            raise HarnessError(
+                f"--describe does not declare schema version 1.0 for: {', '.join(unread)}; "
+                "protocol 1 requires it for every document kind"
             )
         return Description(
             name=raw["name"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
@@ -16,10 +17,10 @@ from pathlib import Path
 from servesim import __version__
 from servesim.canonical import write_atomically
 from servesim.describe import description
-from servesim.documents import read_document
+from servesim.documents import load_document, read_document
 from servesim.errors import InvalidInput, ServesimError
 from servesim.importers import READERS, ImportOptions, select, workload_bytes
-from servesim.replay import replay_chunks
+from servesim.replay import read_inputs, replay_chunks
 from servesim.simulation import ProgressCallback
 
 EXIT_OK = 0
@@ -203,6 +204,13 @@ def _progress_on_terminal() -> ProgressCallback | None:
     return show
 
 
+def _same_file(first: str, second: str) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
+
+
 def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if arguments.describe:
         print(json.dumps(description(__version__), indent=2))
@@ -219,11 +227,16 @@ def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     ]
     if missing:
         parser.error(f"replay needs {', '.join(missing)}")
+    inputs = (arguments.scenario, arguments.workload, arguments.timing_profile)
+    if any(_same_file(arguments.output, given) for given in inputs):
+        print(
+            f"servesim: invalid input: the output {arguments.output} is one of the inputs",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_INPUT
     try:
         report = replay_chunks(
-            read_document(arguments.scenario, "scenario"),
-            read_document(arguments.workload, "workload"),
-            read_document(arguments.timing_profile, "timing_profile"),
+            *read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile),
             trace=arguments.trace,
             progress=_progress_on_terminal(),
         )
@@ -261,6 +274,11 @@ def _import(arguments: argparse.Namespace) -> int:
     if count == 0:
         print(f"servesim: {arguments.trace}: no request is left to import", file=sys.stderr)
         return EXIT_INVALID_INPUT
+    try:  # values beyond the schema's bounds (R3) are the trace's fault: say so, write nothing
+        load_document(data, arguments.output, "workload")
+    except ServesimError as error:
+        print(f"servesim: {arguments.trace} does not make a valid workload:", file=sys.stderr)
+        return _report_invalid(error)
     try:
         write_atomically(arguments.output, data)
     except OSError as error:

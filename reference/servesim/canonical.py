@@ -9,7 +9,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import rfc8785
 
@@ -105,22 +105,44 @@ def _batched(values: Iterable[Any], size: int) -> Iterator[tuple[Any, ...]]:
 def write_atomically(path: str | Path, data: bytes | Iterable[bytes]) -> None:
     """Write ``data`` to ``path`` so that no reader ever sees a partial file (R32).
 
-    The bytes go to a temporary file in the same folder, which then replaces ``path`` in one
-    rename; on any failure the temporary file is removed and ``path`` is untouched.
+    The bytes go to a temporary file in the same folder, which then replaces the file in one
+    rename; on any failure the temporary file is removed and the file is untouched. A symbolic
+    link is written through, not replaced, and keeps pointing at the new file; something that
+    is not a regular file (``/dev/stdout``, a pipe) is written directly, since it cannot be
+    replaced. The new file gets the mode of the one it replaces, else the umask's default.
     """
-    target = Path(path)
+    if os.path.exists(path) and not os.path.isfile(path):  # follows links, as open() would
+        with open(path, "wb") as stream:
+            _write(stream, data)
+        return
+    target = Path(os.path.realpath(path))
     handle, temporary = tempfile.mkstemp(
         prefix=f".{target.name}.", suffix=".partial", dir=target.parent
     )
     try:
+        os.fchmod(handle, _mode_for(target))
         with os.fdopen(handle, "wb") as stream:
-            if isinstance(data, bytes):
-                stream.write(data)
-            else:
-                stream.writelines(data)
+            _write(stream, data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _write(stream: BinaryIO, data: bytes | Iterable[bytes]) -> None:
+    if isinstance(data, bytes):
+        stream.write(data)
+    else:
+        stream.writelines(data)
+
+
+def _mode_for(target: Path) -> int:
+    """The permission bits a new file at ``target`` should have."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

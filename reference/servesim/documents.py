@@ -7,7 +7,8 @@ with a file at once, in a stable order, instead of the first thing a parser trip
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -183,8 +184,25 @@ def _is_json_integer(_checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+@cache
+def _ecma_regex(pattern: str) -> re.Pattern[str]:
+    # JSON Schema patterns are ECMA-262, where "$" (no multiline flag) matches only at the very
+    # end; Python's "$" also matches before a final newline, which would let "abc\n" pass
+    # "^[!-~]{1,128}$". Python's "\Z" is ECMA's "$". (Our schemas put "$" only at the end of a
+    # pattern, never inside a character class.)
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+
+
+def _ecma_pattern(
+    validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    if validator.is_type(instance, "string") and not _ecma_regex(pattern).search(instance):
+        yield jsonschema.ValidationError(f"{as_json(instance)} does not match {pattern!r}")
+
+
 _StrictValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
     jsonschema.Draft202012Validator,
+    validators={"pattern": _ecma_pattern},
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_json_integer),
 )
 

@@ -65,6 +65,19 @@ def _field(record: dict[str, Any], name: str, file: str, line: int) -> int:
     return value
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's numbered lines, decoded one by one, so that bytes that are not UTF-8 are a
+    malformed record on the right line, not a crash."""
+    file = str(path)
+    with path.open("rb") as stream:
+        for line, raw in enumerate(stream, start=1):
+            try:
+                yield line, raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                message = f"not UTF-8 text ({error.reason} at byte {error.start + 1})"
+                raise MalformedTrace(file, line, "(line)", message) from None
+
+
 def mooncake_records(path: Path) -> Iterator[TraceRecord]:
     """Mooncake JSON Lines: ``timestamp`` (ms), ``input_length``, ``output_length``.
 
@@ -72,26 +85,25 @@ def mooncake_records(path: Path) -> Iterator[TraceRecord]:
     """
     file = str(path)
     first_ms: int | None = None
-    with path.open(encoding="utf-8") as stream:
-        for line, text in enumerate(stream, start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except ValueError as error:
-                raise MalformedTrace(file, line, "(line)", f"not a JSON object: {error}") from None
-            if not isinstance(record, dict):
-                raise MalformedTrace(file, line, "(line)", "not a JSON object")
-            timestamp = _field(record, "timestamp", file, line)
-            first_ms = timestamp if first_ms is None else first_ms
-            if timestamp < first_ms:
-                raise MalformedTrace(file, line, "timestamp", "earlier than the first record")
-            yield TraceRecord(
-                line=line,
-                offset_us=(timestamp - first_ms) * 1000,
-                prompt_tokens=_field(record, "input_length", file, line),
-                output_tokens=_field(record, "output_length", file, line),
-            )
+    for line, text in _lines(path):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError as error:
+            raise MalformedTrace(file, line, "(line)", f"not a JSON object: {error}") from None
+        if not isinstance(record, dict):
+            raise MalformedTrace(file, line, "(line)", "not a JSON object")
+        timestamp = _field(record, "timestamp", file, line)
+        first_ms = timestamp if first_ms is None else first_ms
+        if timestamp < first_ms:
+            raise MalformedTrace(file, line, "timestamp", "earlier than the first record")
+        yield TraceRecord(
+            line=line,
+            offset_us=(timestamp - first_ms) * 1000,
+            prompt_tokens=_field(record, "input_length", file, line),
+            output_tokens=_field(record, "output_length", file, line),
+        )
 
 
 _AZURE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?$")
@@ -117,32 +129,31 @@ def azure_records(path: Path) -> Iterator[TraceRecord]:
     """Azure LLM inference CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``."""
     file = str(path)
     first: int | None = None
-    with path.open(encoding="utf-8", newline="") as stream:
-        reader = csv.reader(stream)
-        header = next(reader, None)
-        if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-            raise MalformedTrace(
-                file,
-                1,
-                "(header)",
-                f"expected TIMESTAMP,ContextTokens,GeneratedTokens, found {header}",
-            )
-        for row in reader:
-            line = reader.line_num
-            if len(row) != 3:
-                raise MalformedTrace(file, line, "(row)", f"expected 3 fields, found {len(row)}")
-            ticks = _azure_ticks(row[0], file, line)
-            first = ticks if first is None else first
-            if ticks < first:
-                raise MalformedTrace(file, line, "TIMESTAMP", "earlier than the first record")
-            counts = []
-            for name, text in zip(("ContextTokens", "GeneratedTokens"), row[1:], strict=True):
-                if not text.isdigit():
-                    raise MalformedTrace(
-                        file, line, name, f"expected a non-negative integer, found {text!r}"
-                    )
-                counts.append(int(text))
-            yield TraceRecord(line, (ticks - first) // 10, counts[0], counts[1])
+    reader = csv.reader(text for _, text in _lines(path))
+    header = next(reader, None)
+    if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+        raise MalformedTrace(
+            file,
+            1,
+            "(header)",
+            f"expected TIMESTAMP,ContextTokens,GeneratedTokens, found {header}",
+        )
+    for row in reader:
+        line = reader.line_num
+        if len(row) != 3:
+            raise MalformedTrace(file, line, "(row)", f"expected 3 fields, found {len(row)}")
+        ticks = _azure_ticks(row[0], file, line)
+        first = ticks if first is None else first
+        if ticks < first:
+            raise MalformedTrace(file, line, "TIMESTAMP", "earlier than the first record")
+        counts = []
+        for name, text in zip(("ContextTokens", "GeneratedTokens"), row[1:], strict=True):
+            if not (text.isascii() and text.isdigit()):
+                raise MalformedTrace(
+                    file, line, name, f"expected a non-negative integer, found {text!r}"
+                )
+            counts.append(int(text))
+        yield TraceRecord(line, (ticks - first) // 10, counts[0], counts[1])
 
 
 def select(records: Iterator[TraceRecord], options: ImportOptions) -> Iterator[TraceRecord]:

@@ -12,6 +12,7 @@ from servesim.documents import (
     build_workload,
     read_document,
 )
+from servesim.errors import InputProblem, InvalidInput
 from servesim.report import report_chunks
 from servesim.simulation import ProgressCallback, simulate
 
@@ -59,9 +60,25 @@ def replay(
     Raises ``InvalidInput`` or ``UnrepresentableTime`` (both ``ServesimError``) for inputs the
     specification rejects; every file is checked before the simulation starts (R5).
     """
-    return replay_documents(
-        read_document(scenario, "scenario"),
-        read_document(workload, "workload"),
-        read_document(timing_profile, "timing_profile"),
-        trace=trace,
-    )
+    return replay_documents(*read_inputs(scenario, workload, timing_profile), trace=trace)
+
+
+def read_inputs(
+    scenario: str | Path, workload: str | Path, timing_profile: str | Path
+) -> tuple[Document, Document, Document]:
+    """Read and check the three inputs; raise one ``InvalidInput`` listing the problems of
+    every invalid file (R5), not only the first one's."""
+    documents: list[Document] = []
+    problems: list[InputProblem] = []
+    for path, kind in (
+        (scenario, "scenario"),
+        (workload, "workload"),
+        (timing_profile, "timing_profile"),
+    ):
+        try:
+            documents.append(read_document(path, kind))
+        except InvalidInput as error:
+            problems.extend(error.problems)
+    if problems:
+        raise InvalidInput(problems)
+    return documents[0], documents[1], documents[2]
