@@ -6,14 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
 
+from servesim_conformance.strategies import load_profile
 from tests.helpers import EXAMPLES
 
 # Derandomized and database-free in CI, so a run is reproducible (tox sets HYPOTHESIS_PROFILE).
-settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
-settings.register_profile("dev", deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -74,9 +75,7 @@ def _implementation(arguments: argparse.Namespace) -> tuple[Implementation, dict
         command = REFERENCE_COMMAND if arguments.impl is None else arguments.impl
         implementation = Implementation.from_command_line(command)
     if arguments.timeout is not None:
-        implementation = Implementation(
-            implementation.argv, arguments.timeout, implementation.name, implementation.cwd
-        )
+        implementation = dataclasses.replace(implementation, timeout_s=arguments.timeout)
     expected = load_expected_failures(expected_path) if expected_path else {}
     return implementation, expected
 

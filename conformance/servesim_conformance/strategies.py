@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from servesim_conformance.documents import timing_doc
@@ -104,3 +105,11 @@ def timing_profiles(draw: st.DrawFn) -> dict[str, Any]:
 def input_triples() -> st.SearchStrategy[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
     """(scenario, workload, timing profile), drawn together."""
     return st.tuples(scenarios(), workloads(), timing_profiles())
+
+
+def load_profile(name: str) -> None:
+    """Register servesim's hypothesis profiles and load ``name``: ``ci`` is derandomized and
+    database-free, so a CI run is reproducible; ``dev`` only lifts the deadline."""
+    settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
+    settings.register_profile("dev", deadline=None)
+    settings.load_profile(name)

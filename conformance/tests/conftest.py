@@ -13,16 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
 
 from servesim_conformance.corpus import Corpus, load_corpus
 from servesim_conformance.expectations import load_expected_failures
 from servesim_conformance.implementation import Description, HarnessError, Implementation
 from servesim_conformance.runner import ADAPTER_BROKEN, adapter_broken, run_case
+from servesim_conformance.strategies import load_profile
 
-settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
-settings.register_profile("dev", deadline=None)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 REFERENCE = shlex.join([sys.executable, "-m", "servesim", "replay"])
 

@@ -4,38 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def escape(part: str | int) -> str:
-    """One reference token, escaped (``~`` as ``~0``, ``/`` as ``~1``)."""
-    return str(part).replace("~", "~0").replace("/", "~1")
-
-
-def unescape(token: str) -> str:
-    """One reference token, unescaped."""
-    return token.replace("~1", "/").replace("~0", "~")
+import jsonpointer
 
 
 def child(pointer: str, *parts: str | int) -> str:
-    """``pointer`` extended by ``parts``."""
-    return pointer + "".join("/" + escape(part) for part in parts)
-
-
-def parts(pointer: str) -> list[str]:
-    """The unescaped tokens of ``pointer`` ("" has none)."""
-    return [unescape(token) for token in pointer.split("/")[1:]] if pointer else []
+    """``pointer`` extended by ``parts`` (each escaped per RFC 6901)."""
+    return pointer + "".join("/" + jsonpointer.escape(str(part)) for part in parts)
 
 
 def resolve(root: Any, pointer: str) -> Any:
     """The value at ``pointer`` in ``root``; ``LookupError`` if there is none."""
-    node = root
-    for token in parts(pointer):
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            raise LookupError(pointer)
-    return node
+    try:
+        return jsonpointer.resolve_pointer(root, pointer)
+    except jsonpointer.JsonPointerException:
+        raise LookupError(pointer) from None
 
 
 def resolve_local(root: Any, reference: str) -> Any:
