@@ -18,7 +18,7 @@ from servesim import __version__
 from servesim.canonical import write_atomically
 from servesim.describe import description
 from servesim.documents import load_document, read_document
-from servesim.errors import InvalidInput, ServesimError
+from servesim.errors import InvalidInput, OutOfCoverage, ServesimError
 from servesim.importers import READERS, ImportOptions, select, workload_bytes
 from servesim.replay import read_inputs, replay_chunks
 from servesim.simulation import ProgressCallback
@@ -26,6 +26,7 @@ from servesim.simulation import ProgressCallback
 EXIT_OK = 0
 EXIT_INTERNAL_ERROR = 1
 EXIT_INVALID_INPUT = 2
+EXIT_OUT_OF_COVERAGE = 3
 
 _DESCRIPTION = """\
 Replay LLM-serving request traces through a fleet of continuous-batching workers, with a
@@ -42,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
         "replay",
         help="replay a workload on a scenario's fleet and write the report",
         description="Replay a workload and write the canonical report (SPEC.md R32). "
-        "Exit 0: report written. Exit 2: input rejected, nothing written.",
+        "Exit 0: report written. Exit 2: input rejected, nothing written. Exit 3: a step's shape "
+        "is outside the measured timing profile's coverage (R43), nothing written.",
     )
     replay_parser.add_argument("--scenario", metavar="FILE", help="scenario document (required)")
     replay_parser.add_argument("--workload", metavar="FILE", help="workload document (required)")
@@ -240,6 +242,11 @@ def _replay(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             trace=arguments.trace,
             progress=_progress_on_terminal(),
         )
+    except OutOfCoverage as error:
+        print("servesim: a step is outside the timing profile's coverage:", file=sys.stderr)
+        for line in error.lines(arguments.timing_profile):
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_OUT_OF_COVERAGE
     except ServesimError as error:
         return _report_invalid(error)
     try:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.schemas import SUPPORTED_VERSIONS
+from servesim.schemas import SUPPORTED_VERSIONS, WRITTEN_REPORT_VERSIONS
 
 #: The harness protocol this implementation speaks (conformance/README.md).
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 #: Every optional feature a golden case may need; the reference has them all.
 FEATURES: tuple[str, ...] = (
@@ -15,17 +15,24 @@ FEATURES: tuple[str, ...] = (
     "prefill.whole",
     "routing.random",
     "routing.round_robin",
+    "timing.grid",
+    "timing.regression",
     "timing.synthetic_linear",
     "trace",
 )
 
 
 def description(version: str) -> dict[str, Any]:
-    """The ``--describe`` document (schemas/harness/v1/describe.schema.json)."""
+    """The ``--describe`` document (schemas/harness/v2/describe.schema.json).
+
+    Inputs list every version read; the report lists the versions written (R38).
+    """
+    versions = {kind: list(read) for kind, read in SUPPORTED_VERSIONS.items()}
+    versions["report"] = list(WRITTEN_REPORT_VERSIONS)
     return {
         "name": "servesim-reference",
         "version": version,
         "protocol_version": PROTOCOL_VERSION,
-        "schema_versions": {kind: list(versions) for kind, versions in SUPPORTED_VERSIONS.items()},
+        "schema_versions": versions,
         "features": list(FEATURES),
     }

@@ -1,12 +1,18 @@
 """Errors as data: every problem names the file, the JSON pointer and what was expected.
 
-The CLI turns any ``ServesimError`` into a message and exit code 2 (SPEC.md R5); nothing else in
-the package prints.
+The CLI turns any ``ServesimError`` into a message and an exit code: 2 for input the specification
+rejects (SPEC.md R5), 3 for a step outside a measured profile's coverage (R43); nothing else in the
+package prints.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from servesim.model import Coverage, StepShape
 
 
 @dataclass(frozen=True, order=True)
@@ -49,3 +55,60 @@ class UnrepresentableTime(ServesimError):
             f"a step of worker {worker} starting at {start_us} us and lasting {duration_us} us "
             "would end after 9007199254740991 us, the largest time a report can hold (SPEC.md R6)"
         )
+
+
+class OutOfCoverage(ServesimError):
+    """A step's shape lies outside the measured profile's coverage (SPEC.md R43).
+
+    Not invalid input: the documents are valid, they ask for timing the profile does not have.
+    The error carries what a reader needs to see why, as data: the shape, the coverage, where
+    the step is, and the profile's calibration identity.
+    """
+
+    def __init__(
+        self,
+        *,
+        shape: StepShape,
+        coverage: Coverage,
+        worker: int,
+        start_us: int,
+        calibration: Mapping[str, Any] | None,
+    ) -> None:
+        self.shape = shape
+        self.coverage = coverage
+        self.worker = worker
+        self.start_us = start_us
+        self.calibration = calibration
+        self.outside = coverage.outside(shape)
+        super().__init__(
+            f"the step of worker {worker} starting at {start_us} us has a shape outside the "
+            f"timing profile's coverage (SPEC.md R43): "
+            + ", ".join(self._coordinate(name) for name in self.outside)
+        )
+
+    def _coordinate(self, name: str) -> str:
+        interval = getattr(self.coverage, name)
+        return f"{name} {getattr(self.shape, name)} is not in {interval.min}..{interval.max}"
+
+    def lines(self, profile_file: str) -> list[str]:
+        """The error as the lines the command line prints under its heading."""
+        shape = ", ".join(f"{name} {value}" for name, value in self.shape.as_dict().items())
+        covered = ", ".join(
+            f"{name} {getattr(self.coverage, name).min}..{getattr(self.coverage, name).max}"
+            for name in self.shape.as_dict()
+        )
+        lines = [
+            f"worker {self.worker}, step starting at {self.start_us} us",
+            f"shape: {shape}",
+            *(f"outside: {self._coordinate(name)}" for name in self.outside),
+            f"covered: {covered}",
+            f"profile: {profile_file}",
+        ]
+        if self.calibration is not None:
+            identity = self.calibration
+            lines.append(
+                f"calibration: {identity['engine']} {identity['engine_version']}, "
+                f"{identity['model']} @ {identity['model_revision']}, {identity['gpu']}, "
+                f"source sha256 {identity['source_sha256']}"
+            )
+        return lines

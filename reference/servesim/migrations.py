@@ -5,9 +5,10 @@ the next version: it never mutates its argument, reads nothing but its argument 
 output for the same input. Upgrading across several versions is the chain of those steps, so each
 step can be reviewed (and tested) on its own, and a version is never skipped.
 
-The reference reads only version 1.0 of every kind today, so ``CHAIN`` holds no migration: every
-document it reads is already current. The machinery is exercised by the test fixtures in
-``tests/evolution_fixtures/``, which declare a 1.1 and a 2.0 scenario and the chain between them.
+``CHAIN`` holds the reference's steps: timing profile 1.0 to 1.1 (a relabel: 1.1 added the
+measured kinds) and report 1.0 to 2.0 (the trace's step shapes and the calibration echo, SPEC.md
+R25, R30). The test fixtures in ``tests/evolution_fixtures/`` exercise the machinery further with
+a 1.1 and a 2.0 scenario.
 
 Problems are data (``InputProblem``, with a JSON pointer) like every other input problem, so the
 command line reports them the way it reports an invalid document.
@@ -15,6 +16,7 @@ command line reports them the way it reports an invalid document.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import re
 from collections.abc import Callable, Mapping
@@ -195,11 +197,59 @@ def relabel(document: Mapping[str, Any]) -> dict[str, Any]:
     return dict(document)
 
 
-#: The reference's chain. Empty while every kind has one version; a new version adds its step
-#: here in the same commit as its schema (tests/test_evolution_release.py checks that every
-#: released version has a path to the current one, and ``servesim schema review`` that a new
-#: version comes with its step).
+def report_1_0_to_2_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 1.0 to 2.0: echo ``calibration: null`` and give every trace entry its shape.
+
+    Exact, not a guess: a 1.0 report comes from a 1.0 timing profile, which has no calibration
+    (R25), and a step's context tokens (R22) are the prompt of each decoding request plus its
+    tokens produced by the step's start, which the request's token times say (R26).
+    """
+    upgraded = dict(report)
+    inputs = dict(upgraded["inputs"])
+    inputs["timing_profile"] = {**inputs["timing_profile"], "calibration": None}
+    upgraded["inputs"] = inputs
+    if upgraded.get("trace") is not None:
+        requests = {request["id"]: request for request in upgraded["requests"]}
+        upgraded["trace"] = [_with_shape(entry, requests) for entry in upgraded["trace"]]
+    return upgraded
+
+
+def _with_shape(entry: Mapping[str, Any], requests: Mapping[str, Any]) -> dict[str, Any]:
+    context = 0
+    for request_id in entry["decode_requests"]:
+        request = requests[request_id]
+        produced = bisect.bisect_right(request["token_times_us"], entry["start_us"])
+        context += request["prompt_tokens"] + produced
+    shape = {
+        "decode_requests": len(entry["decode_requests"]),
+        "context_tokens": context,
+        "prefill_tokens": entry["prefill_tokens"],
+    }
+    return {**entry, "shape": shape}
+
+
+#: The reference's chain. A new version adds its step here in the same commit as its schema
+#: (tests/test_evolution_release.py checks that every released version has a path to the
+#: current one, and ``servesim schema review`` that a new version comes with its step).
 CHAIN = MigrationChain(
-    migrations=(),
+    migrations=(
+        Migration(
+            kind="timing_profile",
+            source="1.0",
+            target="1.1",
+            summary="relabel: 1.1 adds the measured model kinds grid and regression and their "
+            "calibration member, which 1.0 profiles do not use",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="1.0",
+            target="2.0",
+            summary="adds inputs.timing_profile.calibration (null: 1.0 reports come from "
+            "synthetic_linear profiles) and each trace entry's shape, from the request's "
+            "prompt and token times",
+            upgrade=report_1_0_to_2_0,
+        ),
+    ),
     current={kind: versions[-1] for kind, versions in SUPPORTED_VERSIONS.items()},
 )

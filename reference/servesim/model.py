@@ -6,8 +6,10 @@ the semantic checks of SPEC.md R4, so the simulator never re-checks them.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 RoutingPolicyName = Literal["round_robin", "random"]
 PrefillMode = Literal["whole", "chunked"]
@@ -62,6 +64,85 @@ class Scenario:
 
 
 @dataclass(frozen=True, slots=True)
+class StepShape:
+    """R22: what a step's duration depends on."""
+
+    decode_requests: int
+    """D: requests decoding one token in the step (R17)."""
+    context_tokens: int
+    """C: the sum of those requests' prompt plus generated tokens at the step's start."""
+    prefill_tokens: int
+    """P: the sum of the step's prefill allotments (R18, R19)."""
+
+    def as_dict(self) -> dict[str, int]:
+        """The shape as the report's trace and the measurement lines write it (R30, R44)."""
+        return {
+            "decode_requests": self.decode_requests,
+            "context_tokens": self.context_tokens,
+            "prefill_tokens": self.prefill_tokens,
+        }
+
+
+#: The shape's dimensions, in the order R41 lays out a grid (decode, context, prefill).
+SHAPE_DIMENSIONS: tuple[str, ...] = ("decode_requests", "context_tokens", "prefill_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """An inclusive range of one shape dimension (R40)."""
+
+    min: int
+    max: int
+
+    def __contains__(self, value: int) -> bool:
+        return self.min <= value <= self.max
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """R40: the shapes a measured model may time; R43: anything else stops the replay."""
+
+    decode_requests: Interval
+    context_tokens: Interval
+    prefill_tokens: Interval
+
+    def outside(self, shape: StepShape) -> list[str]:
+        """The dimensions on which ``shape`` is not covered, in ``SHAPE_DIMENSIONS`` order."""
+        return [
+            name
+            for name in SHAPE_DIMENSIONS
+            if getattr(shape, name) not in getattr(self, name)
+        ]
+
+
+def round_half_away(distance: int, numerator: int, denominator: int) -> int:
+    """R41 step 2: ``distance * numerator / denominator`` rounded to the nearest integer, halves
+    up, for non-negative ``distance`` and ``0 < numerator < denominator``."""
+    return (distance * numerator + denominator // 2) // denominator
+
+
+def interpolate(low: int, high: int, numerator: int, denominator: int) -> int:
+    """R41 step 2: the value ``numerator / denominator`` of the way from ``low`` to ``high``.
+
+    The distance from ``low`` is rounded, not the result, so that the rule is symmetric: it
+    never depends on which of the two values is larger.
+    """
+    if numerator == 0:
+        return low
+    if high >= low:
+        return low + round_half_away(high - low, numerator, denominator)
+    return low - round_half_away(low - high, numerator, denominator)
+
+
+def bracket(axis: tuple[int, ...], value: int) -> tuple[int, int, int, int]:
+    """R41 step 1: ``(lower, upper, num, den)`` for ``value`` inside ``axis``; num is 0 on a hit."""
+    upper = bisect.bisect_left(axis, value)
+    if axis[upper] == value:
+        return upper, upper, 0, 1
+    return upper - 1, upper, value - axis[upper - 1], axis[upper] - axis[upper - 1]
+
+
+@dataclass(frozen=True, slots=True)
 class SyntheticLinearTiming:
     """The v1 timing model: a linear cost in nanoseconds, rounded up to microseconds (R22)."""
 
@@ -69,18 +150,112 @@ class SyntheticLinearTiming:
     prefill_token_ns: int
     decode_token_ns: int
 
-    def step_duration_us(self, *, decode_requests: int, prefill_tokens: int) -> int:
-        """R22: ``ceil((overhead + prefill * per_prefill + decode * per_decode) / 1000)``."""
+    #: Its duration ignores C, so identical decode-only steps last the same (worker runs).
+    uses_context = False
+
+    def covers(self, shape: StepShape) -> bool:
+        """R43: a synthetic model times every shape."""
+        return True
+
+    def step_duration_us(self, shape: StepShape) -> int:
+        """R22: ``ceil((overhead + P * per_prefill + D * per_decode) / 1000)``."""
         total_ns = (
             self.step_overhead_ns
-            + prefill_tokens * self.prefill_token_ns
-            + decode_requests * self.decode_token_ns
+            + shape.prefill_tokens * self.prefill_token_ns
+            + shape.decode_requests * self.decode_token_ns
         )
         return -(-total_ns // 1000)
 
 
 @dataclass(frozen=True, slots=True)
-class TimingProfile:
-    """A timing profile document; v1 knows one model kind."""
+class GridTiming:
+    """R41: measured durations on three axes, interpolated in integers.
 
-    model: SyntheticLinearTiming
+    ``durations[d][c][p]`` is the duration at ``(decode_axis[d], context_axis[c],
+    prefill_axis[p])``.
+    """
+
+    decode_axis: tuple[int, ...]
+    context_axis: tuple[int, ...]
+    prefill_axis: tuple[int, ...]
+    durations: tuple[tuple[tuple[int, ...], ...], ...]
+    coverage: Coverage
+
+    uses_context = True
+
+    def covers(self, shape: StepShape) -> bool:
+        """R43: inside the coverage on every dimension."""
+        return not self.coverage.outside(shape)
+
+    def step_duration_us(self, shape: StepShape) -> int:
+        """R41: along prefill, then context, then decode; each result an integer."""
+        d_low, d_high, d_num, d_den = bracket(self.decode_axis, shape.decode_requests)
+        c_low, c_high, c_num, c_den = bracket(self.context_axis, shape.context_tokens)
+        p_low, p_high, p_num, p_den = bracket(self.prefill_axis, shape.prefill_tokens)
+
+        def along_prefill(d: int, c: int) -> int:
+            row = self.durations[d][c]
+            return interpolate(row[p_low], row[p_high], p_num, p_den)
+
+        def along_context(d: int) -> int:
+            return interpolate(along_prefill(d, c_low), along_prefill(d, c_high), c_num, c_den)
+
+        return interpolate(along_context(d_low), along_context(d_high), d_num, d_den)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillKnot:
+    """R42: the cost, in nanoseconds, of prefilling exactly ``tokens`` tokens in a step."""
+
+    tokens: int
+    ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegressionTiming:
+    """R42: intercept + piecewise-linear prefill cost + decode cost linear in D and C."""
+
+    intercept_ns: int
+    prefill_knots: tuple[PrefillKnot, ...]
+    decode_request_ns: int
+    context_token_ps: int
+    coverage: Coverage
+
+    uses_context = True
+
+    def covers(self, shape: StepShape) -> bool:
+        """R43: inside the coverage on every dimension."""
+        return not self.coverage.outside(shape)
+
+    def prefill_ns(self, tokens: int) -> int:
+        """R42: the knots' curve at ``tokens`` (a covered value)."""
+        axis = tuple(knot.tokens for knot in self.prefill_knots)
+        low, high, num, den = bracket(axis, tokens)
+        return interpolate(self.prefill_knots[low].ns, self.prefill_knots[high].ns, num, den)
+
+    def step_duration_us(self, shape: StepShape) -> int:
+        """R42: picoseconds in integers, rounded up to whole microseconds."""
+        total_ps = (
+            1000
+            * (
+                self.intercept_ns
+                + self.prefill_ns(shape.prefill_tokens)
+                + shape.decode_requests * self.decode_request_ns
+            )
+            + shape.context_tokens * self.context_token_ps
+        )
+        return -(-total_ps // 1_000_000)
+
+
+TimingModel = SyntheticLinearTiming | GridTiming | RegressionTiming
+
+
+@dataclass(frozen=True, slots=True)
+class TimingProfile:
+    """A timing profile document: its model and, for measured models, the calibration (R40).
+
+    ``calibration`` is kept as the document's JSON object: the report echoes it unchanged (R25).
+    """
+
+    model: TimingModel
+    calibration: Mapping[str, Any] | None = None

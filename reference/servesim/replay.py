@@ -33,10 +33,11 @@ def replay_chunks(
     progress: ProgressCallback | None = None,
 ) -> Iterator[bytes]:
     """The canonical report bytes in pieces, for writing a large report without holding it."""
+    timing = build_timing_profile(timing_profile.value)
     result = simulate(
         build_scenario(scenario.value),
         build_workload(workload.value),
-        build_timing_profile(timing_profile.value),
+        timing,
         record_trace=trace,
         progress=progress,
     )
@@ -45,7 +46,7 @@ def replay_chunks(
         "workload": workload.data,
         "timing_profile": timing_profile.data,
     }
-    return report_chunks(result, inputs)
+    return report_chunks(result, inputs, timing.calibration)
 
 
 def replay(
@@ -57,8 +58,9 @@ def replay(
 ) -> bytes:
     """The canonical report bytes for replaying the three files.
 
-    Raises ``InvalidInput`` or ``UnrepresentableTime`` (both ``ServesimError``) for inputs the
-    specification rejects; every file is checked before the simulation starts (R5).
+    Raises ``InvalidInput`` or ``UnrepresentableTime`` for inputs the specification rejects
+    (every file is checked before the simulation starts, R5), and ``OutOfCoverage`` for a step
+    the timing profile cannot time (R43); all three are ``ServesimError``.
     """
     return replay_documents(*read_inputs(scenario, workload, timing_profile), trace=trace)
 

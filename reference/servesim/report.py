@@ -11,7 +11,7 @@ import hashlib
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from servesim.admission import REJECT_REASONS
@@ -173,8 +173,9 @@ def _worker_entry(worker: Worker, makespan_us: int) -> dict[str, Any]:
 
 #: R30's trace entry with its members in RFC 8785 order; the strings inside are canonical already.
 _TRACE_ENTRY = (
-    b'{"batched_tokens":%d,"decode_requests":%b,"end_us":%d,"prefill":%b,'
-    b'"prefill_tokens":%d,"start_us":%d,"worker":%d}'
+    b'{"batched_tokens":%d,"decode_requests":%b,"end_us":%d,"prefill":%b,"prefill_tokens":%d,'
+    b'"shape":{"context_tokens":%d,"decode_requests":%d,"prefill_tokens":%d},'
+    b'"start_us":%d,"worker":%d}'
 )
 
 
@@ -191,7 +192,9 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
     prefill = canonical_bytes(
         [{"id": state.request.id, "tokens": tokens} for state, tokens in step.prefill]
     )
-    batched = len(step.decode) + prefill_tokens
+    decoding = len(step.decode)
+    batched = decoding + prefill_tokens
+    context = step.context_tokens
     for start in range(step.start_us, step.end_us, step.duration_us):
         end = start + step.duration_us
         entry = _TRACE_ENTRY % (
@@ -200,10 +203,14 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
             end,
             prefill,
             prefill_tokens,
+            context,
+            decoding,
+            prefill_tokens,
             start,
             step.worker,
         )
         yield start, step.worker, entry
+        context += decoding  # R22: each decode step adds one token to every decoding context
 
 
 def _trace(steps: list[Step]) -> Iterator[bytes]:
@@ -222,21 +229,28 @@ def _trace(steps: list[Step]) -> Iterator[bytes]:
     return (entry for _, _, entry in heapq.merge(*streams))
 
 
-def report_chunks(result: SimulationResult, inputs: dict[str, bytes]) -> Iterator[bytes]:
+def report_chunks(
+    result: SimulationResult,
+    inputs: dict[str, bytes],
+    calibration: Mapping[str, Any] | None = None,
+) -> Iterator[bytes]:
     """R31: the report's canonical bytes (R23), in pieces, so that a long replay's requests and
     trace are serialised one batch at a time. ``inputs`` maps scenario, workload and
-    timing_profile to the exact bytes read.
+    timing_profile to the exact bytes read; ``calibration`` is the profile's (R25).
 
     The members are written in RFC 8785 order (sorted keys), which the assertion checks.
     """
     makespan_us = _makespan_us(result.requests)
     members = ["document", "inputs", "requests", "schema_version", "summary", "trace", "workers"]
     assert members == sorted(members)
-    digests = {name: {"sha256": digest(data)} for name, data in inputs.items()}
+    digests: dict[str, dict[str, Any]] = {
+        name: {"sha256": digest(data)} for name, data in inputs.items()
+    }
+    digests["timing_profile"]["calibration"] = calibration
     summary = _summary(result.requests, result.workers, makespan_us)
     yield b'{"document":"report","inputs":' + canonical_bytes(digests) + b',"requests":'
     yield from canonical_array(_request_entry(state) for state in result.requests)
-    yield b',"schema_version":"1.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"2.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:

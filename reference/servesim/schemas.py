@@ -15,9 +15,12 @@ from typing import Any
 SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "scenario": ("1.0",),
     "workload": ("1.0",),
-    "timing_profile": ("1.0",),
-    "report": ("1.0",),
+    "timing_profile": ("1.0", "1.1"),
+    "report": ("1.0", "2.0"),
 }
+
+#: The report versions the reference writes (SPEC.md R31, R38): only the current one.
+WRITTEN_REPORT_VERSIONS: tuple[str, ...] = ("2.0",)
 
 #: Document kind -> the schema file's name inside a version folder.
 _SCHEMA_FILES = {
@@ -40,7 +43,14 @@ def schema_root() -> Path:
 
 
 def schema_path(document: str, version: str) -> Path:
-    """The file of the schema for ``document`` at ``version`` (a supported pair)."""
+    """The file of the schema for ``document`` at ``version`` (a supported pair).
+
+    R3: a version is read with its frozen copy (so a 1.0 document may not use what 1.1 added);
+    the working schema of the major serves a version not released yet.
+    """
+    released = schema_root() / "released" / version / _SCHEMA_FILES[document]
+    if released.is_file():
+        return released
     major = version.split(".", 1)[0]
     return schema_root() / f"v{major}" / _SCHEMA_FILES[document]
 

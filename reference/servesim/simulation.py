@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from servesim.admission import rejection_reason
-from servesim.errors import UnrepresentableTime
-from servesim.model import Scenario, TimingProfile, Workload
+from servesim.errors import OutOfCoverage, UnrepresentableTime
+from servesim.model import Scenario, SyntheticLinearTiming, TimingProfile, Workload
 from servesim.routing import make_router
-from servesim.worker import RequestState, Step, Worker, decode_run_length
+from servesim.worker import RequestState, Step, Worker, context_tokens, decode_run_length
 
 #: R6: the largest time, in microseconds, that a report can hold exactly (2**53 - 1).
 MAX_TIME_US = (1 << 53) - 1
@@ -36,6 +36,22 @@ class SimulationResult:
     workers: list[Worker]
     steps: list[Step] | None
     """Every step (runs of identical steps as one), in the order formed, when traced."""
+
+
+def step_duration(step: Step, timing: TimingProfile) -> int:
+    """R22 and R43: the duration of a step, or ``OutOfCoverage`` if the model cannot time it."""
+    shape = step.shape
+    model = timing.model
+    if not model.covers(shape):
+        assert not isinstance(model, SyntheticLinearTiming)
+        raise OutOfCoverage(
+            shape=shape,
+            coverage=model.coverage,
+            worker=step.worker,
+            start_us=step.start_us,
+            calibration=timing.calibration,
+        )
+    return model.step_duration_us(shape)
 
 
 def arrival_order(workload: Workload) -> list[int]:
@@ -127,15 +143,15 @@ def simulate(
             worker.schedule_pending = False
             decode, prefill = worker.plan_step(limits, now_us)
             assert decode or prefill, "R16: a worker with work always forms a non-empty step"
-            duration = timing.model.step_duration_us(
-                decode_requests=len(decode), prefill_tokens=sum(tokens for _, tokens in prefill)
-            )
-            if now_us + duration > MAX_TIME_US:
+            step = Step(worker.index, now_us, 0, decode, prefill)
+            step.context_tokens = context_tokens(decode)
+            step.duration_us = step_duration(step, timing)
+            if now_us + step.duration_us > MAX_TIME_US:
                 raise UnrepresentableTime(
-                    worker=worker.index, start_us=now_us, duration_us=duration
+                    worker=worker.index, start_us=now_us, duration_us=step.duration_us
                 )
-            step = Step(worker.index, now_us, duration, decode, prefill)
-            step.repeat = decode_run_length(step, MAX_TIME_US)
+            if not timing.model.uses_context:
+                step.repeat = decode_run_length(step, MAX_TIME_US)
             worker.in_flight = step
             if steps is not None:
                 steps.append(step)

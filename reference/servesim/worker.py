@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from servesim.model import Request, SchedulerLimits
+from servesim.model import Request, SchedulerLimits, StepShape
 from servesim.token_times import TokenTimes
 
 
@@ -49,6 +49,8 @@ class Step:
     decode: list[RequestState]
     prefill: list[tuple[RequestState, int]]
     repeat: int = 1
+    context_tokens: int = 0
+    """R22's C at the first step's start, fixed when the step is formed (``context_tokens``)."""
 
     @property
     def end_us(self) -> int:
@@ -59,6 +61,11 @@ class Step:
     def prefill_tokens(self) -> int:
         """The prompt tokens one step prefills, over all requests."""
         return sum(tokens for _, tokens in self.prefill)
+
+    @property
+    def shape(self) -> StepShape:
+        """R22: the first step's shape (each later step of a run has C larger by D)."""
+        return StepShape(len(self.decode), self.context_tokens, self.prefill_tokens)
 
     def truncate_at(self, now_us: int) -> bool:
         """Shorten a run to end at the first step boundary at or after ``now_us``.
@@ -72,6 +79,11 @@ class Step:
             return False
         self.repeat = completed_by_now
         return True
+
+
+def context_tokens(decode: list[RequestState]) -> int:
+    """R22's C: the decoding requests' prompt plus generated tokens, now."""
+    return sum(state.request.prompt_tokens + len(state.token_times_us) for state in decode)
 
 
 def decode_run_length(step: Step, max_end_us: int) -> int:
