@@ -3,17 +3,25 @@ none is ever counted as a pass."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from servesim_conformance.corpus import Case, load_corpus
-from servesim_conformance.implementation import HarnessError, Implementation
+from servesim.canonical import canonical_json
+from servesim_conformance.corpus import Case, Expect, load_corpus
+from servesim_conformance.implementation import (
+    HarnessError,
+    Implementation,
+    version_problems,
+)
 from servesim_conformance.outcomes import Outcome
-from servesim_conformance.runner import run_case, run_cases
+from servesim_conformance.runner import judge_report, run_case, run_cases
 from tests.golden_snapshots import GOLDEN
+from tests.helpers import REPO
 
 FAKE = Path(__file__).parent / "fakes" / "fake_sim.py"
 CORPUS = load_corpus(GOLDEN)
@@ -41,6 +49,29 @@ def invalid_case(tmp_path: Path) -> Case:
         features=frozenset(),
         rules=("R3",),
         fault="/fleet/workers is 0",
+    )
+
+
+def out_of_coverage_case(tmp_path: Path) -> Case:
+    """A valid case whose replay forms a step outside its grid profile's coverage (R43): one
+    worker with max_num_seqs 8 reaches 5 decoding requests, and the grid's axis ends at 4."""
+    folder = tmp_path / "valid" / "out-of-coverage"
+    folder.mkdir(parents=True)
+    basic = REPO / "examples" / "basic"
+    scenario = json.loads((basic / "scenario.json").read_text())
+    scenario["fleet"]["workers"] = 1
+    scenario["scheduler"]["max_num_seqs"] = 8
+    (folder / "scenario.json").write_text(json.dumps(scenario))
+    (folder / "workload.json").write_bytes((basic / "workload.json").read_bytes())
+    (folder / "timing-profile.json").write_bytes((basic / "grid-profile.json").read_bytes())
+    return Case(
+        id="valid/out-of-coverage",
+        folder=folder,
+        description="decode_requests 5 is outside the grid's 0..4",
+        schema_version="1.1",
+        features=frozenset({"timing.grid"}),
+        rules=("R43",),
+        expect=Expect.OUT_OF_COVERAGE,
     )
 
 
@@ -111,26 +142,144 @@ def test_undeclared_feature_skips_the_case() -> None:
     assert outcome("no-chunking", CHUNKED) is Outcome.SKIP
 
 
-def test_undeclared_input_version_skips_the_case() -> None:
-    """R38: a case whose inputs are at a version the implementation does not read is skipped."""
-    implementation = fake("honest")
-    description = implementation.describe()
-    future = Case(
-        id="valid/smoke-one-request",
-        folder=VALID.folder,
-        description="the same inputs, labelled as a later version",
-        schema_version="1.1",
-        features=frozenset(),
-        rules=("R38",),
-    )
-    result = run_case(future, implementation, description)
+def test_each_document_s_own_version_counts_not_the_manifest_s() -> None:
+    """R38: the documents are read at their own versions, so a 1.0-only reader runs them."""
+    implementation = fake("writes-report-1.0")
+    relabelled = dataclasses.replace(VALID, schema_version="1.1")
+    assert run_case(relabelled, implementation, implementation.describe()).outcome is (Outcome.PASS)
+
+
+def test_undeclared_input_version_of_one_document_skips_the_case(tmp_path: Path) -> None:
+    """R38: the message names the kind and the version it does not read."""
+    implementation = fake("writes-report-1.0")
+    described = implementation.describe()
+    grid_reader = dataclasses.replace(described, features=described.features | {"timing.grid"})
+    result = run_case(out_of_coverage_case(tmp_path), implementation, grid_reader)
     assert result.outcome is Outcome.SKIP
-    assert "undeclared for: scenario, timing_profile, workload" in result.message
+    assert result.message == "inputs at undeclared versions: timing_profile 1.1"
 
 
-def test_protocol_1_requires_version_1_0() -> None:
-    with pytest.raises(HarnessError, match=r"does not declare schema version 1\.0 for: workload"):
+def test_a_version_nobody_reads_is_the_fault_of_an_invalid_case(tmp_path: Path) -> None:
+    """Not a reason to skip: every implementation must reject an unknown version (R2, R5)."""
+    case = invalid_case(tmp_path)
+    scenario = case.folder / "scenario.json"
+    scenario.write_text(scenario.read_text().replace('"workers": 0', '"workers": 1'))
+    workload = case.folder / "workload.json"
+    workload.write_text(workload.read_text().replace('"1.0"', '"2.0"'))
+    assert case.input_versions()["workload"] == "2.0"
+    assert outcome("writes-report-1.0", case) is Outcome.PASS
+
+
+def test_a_broken_document_s_version_is_the_manifest_s(tmp_path: Path) -> None:
+    case = dataclasses.replace(invalid_case(tmp_path), schema_version="1.1")
+    (case.folder / "workload.json").write_bytes(b'{"schema_version": "1.0",')
+    (case.folder / "scenario.json").write_bytes(b'{"schema_version": 1.0}')
+    assert case.input_versions() == {
+        "scenario": "1.1",
+        "workload": "1.1",
+        "timing_profile": "1.0",
+    }
+
+
+def test_every_implementation_must_read_version_1_0_of_every_input() -> None:
+    with pytest.raises(HarnessError, match=r"version 1\.0 is not declared for: workload"):
         fake("reads-only-2.0").describe()
+
+
+def test_a_protocol_1_implementation_is_accepted_and_runs_the_1_0_cases() -> None:
+    implementation = fake("protocol-1")
+    description = implementation.describe()
+    assert description.protocol_version == 1
+    assert run_case(VALID, implementation, description).outcome is Outcome.PASS
+    assert run_case(CHUNKED, implementation, description).outcome is Outcome.PASS
+
+
+def test_out_of_coverage_case_is_skipped_for_protocol_1(tmp_path: Path) -> None:
+    implementation = fake("protocol-1")
+    result = run_case(out_of_coverage_case(tmp_path), implementation, implementation.describe())
+    assert result.outcome is Outcome.SKIP
+    assert result.message == "needs protocol 2 (exit code 3)"
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected", "message"),
+    [
+        ("honest", Outcome.PASS, ""),
+        ("accept-invalid", Outcome.FAIL, "timed a step outside the profile's coverage (R43)"),
+        ("reject-everything", Outcome.FAIL, "rejected valid input (exit 2); expected exit 3"),
+        ("report-then-out-of-coverage", Outcome.FAIL, "left a report file behind"),
+        ("crash", Outcome.ERROR, "exit code 1"),
+    ],
+)
+def test_out_of_coverage_case_must_exit_3_without_a_report(
+    tmp_path: Path, mode: str, expected: Outcome, message: str
+) -> None:
+    """R43: exit 3 and no report; timing the step anyway or calling valid input invalid fails."""
+    implementation = fake(mode)
+    result = run_case(out_of_coverage_case(tmp_path), implementation, implementation.describe())
+    assert (result.outcome, result.tier) == (expected, "golden")
+    assert message in result.message
+
+
+def test_report_1_0_writer_passes_the_golden_cases_after_migration() -> None:
+    """R38: a report 1.0 is migrated to 2.0 before it is compared, so it still passes."""
+    implementation = fake("writes-report-1.0")
+    description = implementation.describe()
+    cases = [
+        case
+        for case in CORPUS.cases
+        if case.expectation is Expect.REPORT and case.schema_version == "1.0"
+    ]
+    results = [run_case(case, implementation, description) for case in cases]
+    assert {result.outcome for result in results} == {Outcome.PASS}, [
+        (result.case_id, result.message) for result in results if result.outcome != Outcome.PASS
+    ]
+
+
+def test_report_1_0_is_held_to_its_own_canonical_bytes() -> None:
+    implementation = fake("non-canonical-1.0")
+    result = run_case(VALID, implementation, implementation.describe())
+    assert result.outcome is Outcome.FAIL
+    assert result.message == "report 1.0: not the canonical bytes (R23)"
+
+
+def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> None:
+    written = tmp_path / "report.json"
+    value = json.loads(VALID.expected_report.read_bytes())
+    value["inputs"]["timing_profile"].pop("calibration")
+    for entry in value["trace"]:
+        entry.pop("shape")
+    value["schema_version"] = "1.0"
+    value["requests"][0]["token_times_us"][-1] += 1
+    written.write_bytes(canonical_json(value))
+    verdict, message, difference = judge_report(
+        written.read_bytes(), VALID.expected_report.read_bytes(), ["1.0"]
+    )
+    assert verdict is Outcome.FAIL
+    assert difference is not None
+    assert difference.pointer == "/requests/0/token_times_us/2"
+    assert message.endswith("(the report was migrated from 1.0 to 2.0 before comparison)")
+
+
+def test_a_report_version_not_declared_is_an_invalid_report() -> None:
+    implementation = fake("undeclared-report-version")
+    result = run_case(VALID, implementation, implementation.describe())
+    assert result.outcome is Outcome.INVALID_REPORT
+    assert "version 2.0, which --describe does not declare" in result.message
+
+
+@pytest.mark.parametrize(
+    ("versions", "message"),
+    [
+        ({"report": ["3.0"]}, "report versions that are not released: 3.0"),
+        ({"timing_profile": ["1.0", "1.1"], "report": ["1.0"]}, "writes no report 2.0"),
+    ],
+)
+def test_declared_report_versions_must_be_usable(
+    versions: dict[str, list[str]], message: str
+) -> None:
+    declared = {"scenario": ["1.0"], "workload": ["1.0"], "timing_profile": ["1.0"], **versions}
+    assert any(message in problem for problem in version_problems(declared))
 
 
 def test_output_is_bounded_and_leftover_processes_are_killed(tmp_path: Path) -> None:

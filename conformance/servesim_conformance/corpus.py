@@ -3,6 +3,10 @@
 Layout, after toml-test: ``golden/valid/<name>/`` holds the three inputs, ``expected-report.json``
 and, for small cases, ``DERIVATION.md``; ``golden/invalid/<name>/`` holds three inputs, one of
 them faulty, and no report. ``golden/manifest.json`` lists every case with a stable id.
+
+A case's ``expect`` says what it asks of an implementation: a report (valid cases, the default),
+a rejection (invalid cases, the default), or exit 3 for a step outside the timing profile's
+coverage (R43). Out-of-coverage cases live under ``valid/`` because their inputs are valid.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from servesim_conformance.schemas import validate_harness_document
 
@@ -29,6 +35,25 @@ class CorpusError(Exception):
     """The corpus itself is broken: a bug in the test case, not in the implementation."""
 
 
+class Expect(StrEnum):
+    """What a case expects of an implementation (the manifest's ``expect``)."""
+
+    REPORT = "report"
+    """Exit 0 and exactly the expected report."""
+    INVALID_INPUT = "invalid_input"
+    """Exit 2 and no report (R5)."""
+    OUT_OF_COVERAGE = "out_of_coverage"
+    """Exit 3 and no report (R43); only protocol-2 implementations can be asked (R38)."""
+
+
+#: Where each expectation's cases live: out-of-coverage inputs are valid, so under valid/.
+_FOLDERS = {
+    Expect.REPORT: "valid/",
+    Expect.INVALID_INPUT: "invalid/",
+    Expect.OUT_OF_COVERAGE: "valid/",
+}
+
+
 @dataclass(frozen=True)
 class Case:
     """One golden case."""
@@ -42,11 +67,22 @@ class Case:
     trace: bool = False
     smoke: bool = False
     fault: str = ""
+    expect: Expect | None = None
+    """None: the default of the case's folder (``expectation``)."""
 
     @property
     def valid(self) -> bool:
-        """Whether the case's inputs are valid (an expected report exists)."""
+        """Whether the case's inputs are valid (an expected report exists, unless the case
+        expects exit 3)."""
         return self.id.startswith("valid/")
+
+    @property
+    def expectation(self) -> Expect:
+        """What the case expects: its ``expect``, else a report for valid inputs and a
+        rejection for invalid ones."""
+        if self.expect is not None:
+            return self.expect
+        return Expect.REPORT if self.valid else Expect.INVALID_INPUT
 
     @property
     def expected_report(self) -> Path:
@@ -54,6 +90,25 @@ class Case:
 
     def input_paths(self) -> dict[str, Path]:
         return {role: self.folder / name for role, name in INPUT_FILES.items()}
+
+    def input_versions(self) -> dict[str, str]:
+        """Each input's own ``schema_version`` by kind (R38: a case's documents need not share
+        one); the manifest's ``schema_version`` for a file that cannot say (an invalid case's
+        broken file)."""
+        return {
+            kind: _declared_version(path) or self.schema_version
+            for kind, path in self.input_paths().items()
+        }
+
+
+def _declared_version(path: Path) -> str | None:
+    """The ``schema_version`` string of a JSON document, or None when there is none to read."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):  # a deliberately broken file: unreadable, not
+        return None  # UTF-8, not JSON, or nested deeper than the parser goes
+    version = value.get("schema_version") if isinstance(value, dict) else None
+    return version if isinstance(version, str) else None
 
 
 @dataclass(frozen=True)
@@ -102,18 +157,29 @@ def load_corpus(root: Path | None = None) -> Corpus:
     problems = validate_harness_document("golden-manifest", manifest)
     if problems:
         raise CorpusError(f"BUG IN TEST CORPUS: {manifest_path}: " + "; ".join(problems))
-    cases = tuple(
-        Case(
-            id=entry["id"],
-            folder=root / entry["id"],
-            description=entry["description"],
-            schema_version=entry["schema_version"],
-            features=frozenset(entry["features"]),
-            rules=tuple(entry["rules"]),
-            trace=entry.get("trace", False),
-            smoke=entry.get("smoke", False),
-            fault=entry.get("fault", ""),
-        )
-        for entry in manifest["cases"]
-    )
+    cases = tuple(_case(root, entry) for entry in manifest["cases"])
+    misplaced = [
+        f"{case.id} expects {case.expectation} but is not under {_FOLDERS[case.expectation]}"
+        for case in cases
+        if not case.id.startswith(_FOLDERS[case.expectation])
+    ]
+    if misplaced:
+        raise CorpusError(f"BUG IN TEST CORPUS: {manifest_path}: " + "; ".join(misplaced))
     return Corpus(root=root, version=manifest["corpus_version"], cases=cases)
+
+
+def _case(root: Path, entry: dict[str, Any]) -> Case:
+    """One manifest entry (already checked against its schema) as a ``Case``."""
+    expect = entry.get("expect")
+    return Case(
+        id=entry["id"],
+        folder=root / entry["id"],
+        description=entry["description"],
+        schema_version=entry["schema_version"],
+        features=frozenset(entry["features"]),
+        rules=tuple(entry["rules"]),
+        trace=entry.get("trace", False),
+        smoke=entry.get("smoke", False),
+        fault=entry.get("fault", ""),
+        expect=Expect(expect) if expect is not None else None,
+    )

@@ -1,7 +1,8 @@
 """An implementation under test: a command, its ``--describe`` handshake, and one run of it.
 
 The contract is toml-test's, made stricter: an argv list (never a shell string), the arguments of
-``servesim replay``, exit 0 = report written, exit 2 = input rejected, anything else an error.
+``servesim replay``, exit 0 = report written, exit 2 = input rejected, exit 3 = a step outside the
+timing profile's coverage (protocol 2 only, R43), anything else an error.
 """
 
 from __future__ import annotations
@@ -18,10 +19,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from servesim.migrations import version_key
+from servesim.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.schemas import validate_harness_document
 
-#: The harness protocol versions this harness speaks.
-SUPPORTED_PROTOCOLS: tuple[int, ...] = (1,)
+#: The harness protocol versions this harness speaks: 1 (exit codes 0 and 2) and 2 (adds exit
+#: code 3, R38).
+SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2)
+
+#: The first protocol with exit code 3 (R43): out-of-coverage cases need it.
+OUT_OF_COVERAGE_PROTOCOL = 2
+
+#: The input kinds; every implementation reads their version 1.0 (R38), so every implementation
+#: can run the 1.0 golden inputs.
+INPUT_KINDS: tuple[str, ...] = ("scenario", "workload", "timing_profile")
+
+#: The report versions the harness can read, validate and migrate to the current one before it
+#: compares (R37, R38): the released report versions, no more.
+READABLE_REPORT_VERSIONS: tuple[str, ...] = SUPPORTED_VERSIONS["report"]
 
 #: Default seconds one run of an implementation may take before it counts as a timeout.
 DEFAULT_TIMEOUT_S = 10.0
@@ -56,6 +71,15 @@ class Description:
     schema_versions: dict[str, list[str]]
     features: frozenset[str]
     raw: dict[str, Any] = field(default_factory=dict)
+
+    def declares(self, kind: str, version: str) -> bool:
+        """Whether it reads ``version`` of an input ``kind``, or writes it for the report."""
+        return version in self.schema_versions.get(kind, [])
+
+    @property
+    def exits_out_of_coverage(self) -> bool:
+        """Whether it speaks a protocol with exit code 3 (R38, R43)."""
+        return self.protocol_version >= OUT_OF_COVERAGE_PROTOCOL
 
 
 @dataclass(frozen=True)
@@ -169,13 +193,10 @@ class Implementation:
                 f"the implementation speaks harness protocol {raw['protocol_version']}; this "
                 f"harness speaks {', '.join(map(str, SUPPORTED_PROTOCOLS))}"
             )
-        unread = sorted(
-            kind for kind, versions in raw["schema_versions"].items() if "1.0" not in versions
-        )
-        if unread:  # R38: under protocol 1 every implementation reads and writes 1.0
+        problems = version_problems(raw["schema_versions"])
+        if problems:
             raise HarnessError(
-                f"--describe does not declare schema version 1.0 for: {', '.join(unread)}; "
-                "protocol 1 requires it for every document kind"
+                "--describe declares unusable schema versions: " + "; ".join(problems)
             )
         return Description(
             name=raw["name"],
@@ -185,3 +206,34 @@ class Implementation:
             features=frozenset(raw["features"]),
             raw=raw,
         )
+
+
+def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
+    """What makes declared schema versions unusable (R38), as messages; none when they are fine.
+
+    Every implementation reads 1.0 of every input kind, so that the 1.0 golden inputs run
+    everywhere; the report versions must be released ones, which the harness can validate and
+    migrate before comparing; and a reader of timing profile 1.1 writes a report that can echo
+    its calibration (2.0 or later).
+    """
+    problems = []
+    unread = [kind for kind in INPUT_KINDS if "1.0" not in schema_versions[kind]]
+    if unread:
+        problems.append(
+            f"version 1.0 is not declared for: {', '.join(unread)}; every implementation must "
+            "read 1.0 of every input kind (scenario, workload, timing_profile)"
+        )
+    unknown = [v for v in schema_versions["report"] if v not in READABLE_REPORT_VERSIONS]
+    if unknown:
+        problems.append(
+            f"report versions that are not released: {', '.join(unknown)}; an implementation "
+            f"may write: {', '.join(READABLE_REPORT_VERSIONS)}"
+        )
+    if "1.1" in schema_versions["timing_profile"] and not any(
+        version_key(v) >= (2, 0) for v in schema_versions["report"]
+    ):
+        problems.append(
+            "it reads timing profile 1.1 but writes no report 2.0; a report 1.0 cannot echo a "
+            "calibration"
+        )
+    return problems

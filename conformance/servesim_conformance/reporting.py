@@ -18,7 +18,7 @@ def run_report(
     description: Description,
     results: list[CaseResult],
 ) -> dict[str, Any]:
-    """The machine-readable record of one run (schemas/harness/v1/run-report.schema.json)."""
+    """The machine-readable record of one run (schemas/harness/v2/run-report.schema.json)."""
     counts = Counter(result.outcome for result in results)
     return {
         "tool": {"name": "servesim-conformance", "version": tool_version},

@@ -1,4 +1,10 @@
-"""Running golden and invalid cases against an implementation, and judging what it did."""
+"""Running golden and invalid cases against an implementation, and judging what it did.
+
+A case expects a report (exit 0), a rejection (exit 2, R5) or, from implementations that speak
+protocol 2, exit 3 for a step outside the timing profile's coverage (R43). A report written at an
+older version than the golden one is migrated (R37) before the byte comparison (R38), so a
+report 1.0 writer is still held to every byte of what 1.0 holds.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,24 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from servesim.canonical import canonical_bytes
 from servesim.documents import load_document
 from servesim.errors import InvalidInput
+from servesim.migrations import CHAIN
+from servesim.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.compare import first_difference
-from servesim_conformance.corpus import INPUT_FILES, Case
+from servesim_conformance.corpus import Case, Expect
 from servesim_conformance.implementation import Description, Implementation, Run
 from servesim_conformance.outcomes import CaseResult, Difference, Outcome
 
 REPORT_NAME = "report.json"
+
+#: R32: the exit codes of a rejected input and of a step outside the profile's coverage.
+EXIT_INVALID_INPUT = 2
+EXIT_OUT_OF_COVERAGE = 3
+
+#: A verdict on one run: the outcome, its message and, for a wrong report, where it departs.
+Verdict = tuple[Outcome, str, Difference | None]
 
 #: Smoke cases that all fail without one usable report mean the adapter, not the simulator,
 #: is broken (a wrong report still shows the command runs and writes reports).
@@ -59,22 +75,58 @@ def _process_problem(run: Run, implementation: Implementation) -> tuple[Outcome,
     return None
 
 
-def judge_report(data: bytes, expected: bytes) -> tuple[Outcome, str, Difference | None]:
-    """A written report against the expected bytes: pass, fail or invalid-report."""
+def judge_report(data: bytes, expected: bytes, written: Iterable[str] | None = None) -> Verdict:
+    """A written report against the expected bytes: pass, fail or invalid-report.
+
+    ``written`` is the report versions the implementation declared (None: any the harness
+    reads); a report at another version is invalid, since consumers go by the declaration.
+    """
     try:
-        load_document(data, REPORT_NAME, "report")
+        document = load_document(data, REPORT_NAME, "report")
     except InvalidInput as error:
         return Outcome.INVALID_REPORT, str(error).splitlines()[0], None
+    declared = None if written is None else list(written)
+    if declared is not None and document.version not in declared:
+        message = (
+            f"wrote a report at version {document.version}, which --describe does not declare "
+            f"(declared report versions: {', '.join(declared)})"
+        )
+        return Outcome.INVALID_REPORT, message, None
+    if document.version == CHAIN.current["report"]:
+        return _compare(data, expected, note="")
+    return _judge_older_report(data, expected, document.version)
+
+
+def _judge_older_report(data: bytes, expected: bytes, version: str) -> Verdict:
+    """An older report (R38): its own bytes must be canonical (R23), for the migration below
+    would hide any departure from it; then it is migrated (R37) and compared byte for byte."""
+    value = json.loads(data)
+    if canonical_bytes(value) + b"\n" != data:
+        return Outcome.FAIL, f"report {version}: not the canonical bytes (R23)", None
+    current = CHAIN.current["report"]
+    try:
+        migrated = CHAIN.migrate(value, REPORT_NAME).document
+    except (InvalidInput, LookupError, TypeError, ValueError) as error:
+        # Schema-valid but inconsistent (a trace naming an unknown request): a wrong report.
+        return Outcome.FAIL, f"report {version} cannot be migrated to {current}: {error!r}", None
+    note = f" (the report was migrated from {version} to {current} before comparison)"
+    return _compare(canonical_bytes(migrated) + b"\n", expected, note=note)
+
+
+def _compare(data: bytes, expected: bytes, *, note: str) -> Verdict:
+    """Byte equality, else the first differing JSON pointer; ``note`` ends a failure message."""
     if data == expected:
         return Outcome.PASS, "", None
     difference = first_difference(json.loads(expected), json.loads(data))
     if difference is None:
-        return Outcome.FAIL, "same JSON value but not the canonical bytes (R23)", None
-    return Outcome.FAIL, str(difference), difference
+        return Outcome.FAIL, "same JSON value but not the canonical bytes (R23)" + note, None
+    return Outcome.FAIL, str(difference) + note, difference
 
 
-def run_valid(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
-    """A valid case must exit 0 and write exactly the expected report."""
+def run_valid(
+    case: Case, implementation: Implementation, description: Description, workdir: Path
+) -> CaseResult:
+    """A valid case must exit 0 and write exactly the expected report (after migration)."""
     run = implementation.run(replay_arguments(workdir, trace=case.trace))
     details = _details(implementation, run)
     problem = _process_problem(run, implementation)
@@ -83,8 +135,10 @@ def run_valid(case: Case, implementation: Implementation, workdir: Path) -> Case
     report = workdir / REPORT_NAME
     if run.returncode != 0:
         message = f"exit code {run.returncode} on valid input (expected 0)"
-        if run.returncode == 2:
+        if run.returncode == EXIT_INVALID_INPUT:
             message = "rejected valid input (exit 2)"
+        if run.returncode == EXIT_OUT_OF_COVERAGE:
+            message = "exit 3 (out of coverage, R43) on a case its profile covers (expected 0)"
         return CaseResult(
             case.id, "golden", Outcome.ERROR, message, run.duration_s, details=details
         )
@@ -98,7 +152,9 @@ def run_valid(case: Case, implementation: Implementation, workdir: Path) -> Case
             details=details,
         )
     outcome, message, difference = judge_report(
-        report.read_bytes(), case.expected_report.read_bytes()
+        report.read_bytes(),
+        case.expected_report.read_bytes(),
+        description.schema_versions.get("report", []),
     )
     return CaseResult(
         case.id,
@@ -111,28 +167,97 @@ def run_valid(case: Case, implementation: Implementation, workdir: Path) -> Case
     )
 
 
-def run_invalid(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
-    """An invalid case must exit 2 and leave no report."""
-    run = implementation.run(replay_arguments(workdir, trace=False))
+def _invalid_verdict(case: Case, returncode: int, left_report: bool) -> tuple[Outcome, str]:
+    """An invalid case: exit 2 and no report (R5, R32)."""
+    if returncode == EXIT_INVALID_INPUT and not left_report:
+        return Outcome.PASS, ""
+    if returncode == EXIT_INVALID_INPUT:
+        return Outcome.FAIL, "rejected the input but left a report file behind"
+    if returncode == 0:
+        return Outcome.FAIL, f"accepted invalid input (fault: {case.fault})"
+    return Outcome.ERROR, f"exit code {returncode} on invalid input (expected 2)"
+
+
+def _out_of_coverage_verdict(case: Case, returncode: int, left_report: bool) -> tuple[Outcome, str]:
+    """An out-of-coverage case: exit 3 and no report (R43); its inputs are valid, so exit 2
+    is as wrong as timing the step anyway."""
+    if returncode == EXIT_OUT_OF_COVERAGE and not left_report:
+        return Outcome.PASS, ""
+    if returncode == EXIT_OUT_OF_COVERAGE:
+        return Outcome.FAIL, "stopped out of coverage (exit 3) but left a report file behind"
+    if returncode == 0:
+        return Outcome.FAIL, "timed a step outside the profile's coverage (R43)"
+    if returncode == EXIT_INVALID_INPUT:
+        return Outcome.FAIL, "rejected valid input (exit 2); expected exit 3 (R43)"
+    return Outcome.ERROR, f"exit code {returncode} on a step outside the coverage (expected 3)"
+
+
+def _run_expecting_no_report(
+    case: Case,
+    implementation: Implementation,
+    workdir: Path,
+    *,
+    tier: str,
+    verdict: Callable[[Case, int, bool], tuple[Outcome, str]],
+) -> CaseResult:
+    """Run a case that must end without a report, judged by ``verdict`` on the exit code and
+    whether a report file was left behind."""
+    run = implementation.run(replay_arguments(workdir, trace=case.trace and case.valid))
     details = _details(implementation, run)
     problem = _process_problem(run, implementation)
     if problem is not None:
-        return CaseResult(case.id, "invalid", *problem, run.duration_s, details=details)
-    left_report = (workdir / REPORT_NAME).exists()
-    if run.returncode == 2 and not left_report:
-        return CaseResult(case.id, "invalid", Outcome.PASS, "", run.duration_s, details=details)
-    if run.returncode == 2:
-        message = "rejected the input but left a report file behind"
-        return CaseResult(
-            case.id, "invalid", Outcome.FAIL, message, run.duration_s, details=details
-        )
-    if run.returncode == 0:
-        message = f"accepted invalid input (fault: {case.fault})"
-        return CaseResult(
-            case.id, "invalid", Outcome.FAIL, message, run.duration_s, details=details
-        )
-    message = f"exit code {run.returncode} on invalid input (expected 2)"
-    return CaseResult(case.id, "invalid", Outcome.ERROR, message, run.duration_s, details=details)
+        return CaseResult(case.id, tier, *problem, run.duration_s, details=details)
+    assert run.returncode is not None  # not timed out
+    outcome, message = verdict(case, run.returncode, (workdir / REPORT_NAME).exists())
+    return CaseResult(case.id, tier, outcome, message, run.duration_s, details=details)
+
+
+def run_invalid(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
+    """An invalid case must exit 2 and leave no report."""
+    return _run_expecting_no_report(
+        case, implementation, workdir, tier="invalid", verdict=_invalid_verdict
+    )
+
+
+def run_out_of_coverage(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
+    """A case whose replay forms a step outside the profile's coverage must exit 3 and leave no
+    report (R43)."""
+    return _run_expecting_no_report(
+        case, implementation, workdir, tier="golden", verdict=_out_of_coverage_verdict
+    )
+
+
+def skip_reason(case: Case, description: Description) -> str | None:
+    """Why the implementation cannot be given the case (R38), or None when it can.
+
+    A document at a version the harness knows but the implementation does not declare is not
+    given to it. A version nobody reads (not released for its kind) is the fault of an invalid
+    case, which every implementation must reject (R2, R5), so it is no reason to skip.
+    """
+    missing = sorted(case.features - description.features)
+    if missing:
+        return f"needs undeclared features: {', '.join(missing)}"
+    unread = [
+        f"{kind} {version}"
+        for kind, version in case.input_versions().items()
+        if version in SUPPORTED_VERSIONS[kind] and not description.declares(kind, version)
+    ]
+    if unread:
+        return f"inputs at undeclared versions: {', '.join(unread)}"
+    if case.expectation is Expect.OUT_OF_COVERAGE and not description.exits_out_of_coverage:
+        return "needs protocol 2 (exit code 3)"
+    return None
+
+
+def _run_in(
+    case: Case, implementation: Implementation, description: Description, workdir: Path
+) -> CaseResult:
+    """The runner of the case's expectation."""
+    if case.expectation is Expect.OUT_OF_COVERAGE:
+        return run_out_of_coverage(case, implementation, workdir)
+    if case.expectation is Expect.INVALID_INPUT:
+        return run_invalid(case, implementation, workdir)
+    return run_valid(case, implementation, description, workdir)
 
 
 def run_case(
@@ -145,24 +270,14 @@ def run_case(
 ) -> CaseResult:
     """Run one case in its own temporary folder, honouring features and expected failures."""
     tier = tier or ("golden" if case.valid else "invalid")
-    missing = sorted(case.features - description.features)
-    if missing:
-        return CaseResult(
-            case.id, tier, Outcome.SKIP, f"needs undeclared features: {', '.join(missing)}"
-        )
-    unread = sorted(
-        kind
-        for kind in INPUT_FILES
-        if case.schema_version not in description.schema_versions.get(kind, [])
-    )
-    if unread:  # R38: an implementation gets inputs only in versions it declared
-        message = f"inputs at version {case.schema_version}, undeclared for: {', '.join(unread)}"
-        return CaseResult(case.id, tier, Outcome.SKIP, message)
+    skipped = skip_reason(case, description)
+    if skipped is not None:
+        return CaseResult(case.id, tier, Outcome.SKIP, skipped)
     with tempfile.TemporaryDirectory(prefix="servesim-case-") as temporary:
         workdir = Path(temporary)
         for path in case.input_paths().values():
             shutil.copyfile(path, workdir / path.name)
-        result = (run_valid if case.valid else run_invalid)(case, implementation, workdir)
+        result = _run_in(case, implementation, description, workdir)
     result = CaseResult(
         result.case_id,
         tier,

@@ -11,6 +11,11 @@ import jsonschema
 from servesim.documents import pointer
 from servesim.schemas import schema_root
 
+#: The folder of the harness's working schemas: the newest protocol's. Its documents describe
+#: every protocol the harness speaks (the describe schema accepts protocol 1 as well as 2), so
+#: one set serves them all; the frozen copy of each protocol's is in ``released/harness/``.
+HARNESS_SCHEMAS = "harness/v2"
+
 _FILES = {
     "describe": "describe.schema.json",
     "golden-manifest": "golden-manifest.schema.json",
@@ -23,7 +28,7 @@ _FILES = {
 @cache
 def harness_schema(kind: str) -> dict[str, Any]:
     """The schema of a harness document kind."""
-    path = schema_root() / "harness" / "v1" / _FILES[kind]
+    path = schema_root() / HARNESS_SCHEMAS / _FILES[kind]
     schema: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return schema
 

@@ -1,7 +1,9 @@
 """A deliberately broken implementation, for testing that the harness judges it right.
 
 Usage: ``python fake_sim.py MODE [replay arguments...]``. Every mode wraps the reference and
-breaks one thing; "honest" does nothing wrong.
+breaks one thing; "honest" does nothing wrong, and neither do "protocol-1" (an implementation of
+conformance protocol 1, without exit code 3) and "writes-report-1.0" (an older implementation
+that reads 1.0 inputs and writes report 1.0, which the harness migrates before comparing).
 """
 
 from __future__ import annotations
@@ -13,11 +15,19 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from servesim import __version__, replay
 from servesim._cli import main as reference_main
 from servesim.canonical import canonical_json
 from servesim.describe import description
+from servesim.model import StepShape
+
+#: Modes that run the reference unchanged (they differ in their --describe answer only).
+HONEST_RUNS = {"honest", "bad-protocol", "no-chunking", "reads-only-2.0", "protocol-1"}
+
+#: Modes that declare report 1.0 as the only version they write.
+REPORT_1_0_WRITERS = {"writes-report-1.0", "non-canonical-1.0", "undeclared-report-version"}
 
 
 def _option(arguments: list[str], name: str) -> str:
@@ -33,36 +43,61 @@ def _reference_report(arguments: list[str], *, trace: bool) -> bytes:
     )
 
 
+def as_report_1_0(report: bytes) -> dict[str, Any]:
+    """The reference's report 2.0 written back as 1.0: without what 2.0 added (R25, R30)."""
+    value: dict[str, Any] = json.loads(report)
+    del value["inputs"]["timing_profile"]["calibration"]
+    for entry in value["trace"] or []:
+        del entry["shape"]
+    value["schema_version"] = "1.0"
+    return value
+
+
+def describe(mode: str) -> dict[str, Any]:
+    """The reference's --describe answer, changed as ``mode`` says."""
+    described = description(__version__)
+    if mode == "bad-protocol":
+        described["protocol_version"] = 99
+    if mode == "no-chunking":
+        described["features"].remove("prefill.chunked")
+    if mode == "reads-only-2.0":
+        described["schema_versions"]["workload"] = ["2.0"]
+    if mode == "protocol-1" or mode in REPORT_1_0_WRITERS:
+        described["protocol_version"] = 1
+    if mode in REPORT_1_0_WRITERS:  # a report 1.0 cannot echo a calibration: no profile 1.1
+        described["schema_versions"]["timing_profile"] = ["1.0"]
+        described["schema_versions"]["report"] = ["1.0"]
+        measured = {"timing.grid", "timing.regression"}
+        described["features"] = [f for f in described["features"] if f not in measured]
+    return described
+
+
+def floor_rounding(arguments: list[str]) -> int:
+    """A plausible bug: R22 rounded down instead of up."""
+    from servesim.model import SyntheticLinearTiming
+
+    def floor_duration(self: SyntheticLinearTiming, shape: StepShape) -> int:
+        total = (
+            self.step_overhead_ns
+            + shape.prefill_tokens * self.prefill_token_ns
+            + shape.decode_requests * self.decode_token_ns
+        )
+        return max(1, total // 1000)
+
+    SyntheticLinearTiming.step_duration_us = floor_duration  # type: ignore[method-assign]
+    return reference_main(["replay", *arguments])
+
+
 def main() -> int:
     mode, arguments = sys.argv[1], sys.argv[2:]
     if "--describe" in arguments:
-        described = description(__version__)
-        if mode == "bad-protocol":
-            described["protocol_version"] = 99
-        if mode == "no-chunking":
-            described["features"].remove("prefill.chunked")
-        if mode == "reads-only-2.0":
-            described["schema_versions"]["workload"] = ["2.0"]
-        print(json.dumps(described))
+        print(json.dumps(describe(mode)))
         return 0
     output = Path(_option(arguments, "--output"))
     trace = "--trace" in arguments
-    if mode == "floor-rounding":  # a plausible bug: R22 rounded down instead of up
-        from servesim.model import SyntheticLinearTiming
-
-        def floor_duration(
-            self: SyntheticLinearTiming, *, decode_requests: int, prefill_tokens: int
-        ) -> int:
-            total = (
-                self.step_overhead_ns
-                + prefill_tokens * self.prefill_token_ns
-                + decode_requests * self.decode_token_ns
-            )
-            return max(1, total // 1000)
-
-        SyntheticLinearTiming.step_duration_us = floor_duration  # type: ignore[method-assign]
-        return reference_main(["replay", *arguments])
-    if mode in {"honest", "bad-protocol", "no-chunking", "reads-only-2.0"}:
+    if mode == "floor-rounding":
+        return floor_rounding(arguments)
+    if mode in HONEST_RUNS:
         return reference_main(["replay", *arguments])
     if mode == "crash":
         raise RuntimeError("simulated crash")
@@ -81,6 +116,11 @@ def main() -> int:
     if mode == "report-then-reject":
         output.write_text("{}")
         return 2
+    if mode == "reject-everything":
+        return 2
+    if mode == "report-then-out-of-coverage":
+        output.write_text("{}")
+        return 3
     try:
         report = _reference_report(arguments, trace=trace and mode != "ignore-trace")
     except Exception:
@@ -105,9 +145,15 @@ def main() -> int:
         output.write_bytes(canonical_json(value))
     elif mode == "ignore-trace":
         output.write_bytes(report)
+    elif mode == "writes-report-1.0":
+        output.write_bytes(canonical_json(as_report_1_0(report)))
+    elif mode == "non-canonical-1.0":
+        output.write_text(json.dumps(as_report_1_0(report), indent=2) + "\n")
+    elif mode == "undeclared-report-version":  # declares 1.0, writes the reference's 2.0
+        output.write_bytes(report)
     else:
         print(f"unknown mode {mode}", file=sys.stderr)
-        return 3
+        return 1
     return 0
 
 
