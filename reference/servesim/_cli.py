@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
 
@@ -128,7 +128,61 @@ def _parser() -> argparse.ArgumentParser:
         "input or no migration.",
     )
     _add_migrate_arguments(migrate_parser)
+
+    calibrate_parser = commands.add_parser(
+        "calibrate",
+        help="fit regression and grid timing profiles to measured steps",
+        description="Fit a regression and a grid timing profile (1.1) to measured steps, JSON "
+        "Lines of {decode_requests, context_tokens, prefill_tokens, duration_us} (SPEC.md R44), "
+        "and print their errors on the held-out lines. Exit 0: done, asked profiles written. "
+        "Exit 2: invalid measurements or identity, nothing written.",
+    )
+    _add_calibrate_arguments(calibrate_parser)
     return parser
+
+
+def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    from servesim.calibrate import MIN_GRID_POINTS, MIN_KNOTS
+
+    parser.add_argument("measurements", metavar="MEASUREMENTS", help="measured steps (JSON Lines)")
+    parser.add_argument(
+        "--identity",
+        required=True,
+        metavar="FILE",
+        help="JSON object: the calibration members but source_sha256 (engine, engine_version, "
+        "model, model_revision, gpu, server_config_sha256, limits)",
+    )
+    parser.add_argument("--regression-output", metavar="FILE", help="write the regression here")
+    parser.add_argument("--grid-output", metavar="FILE", help="write the grid here")
+    parser.add_argument(
+        "--summary-json", metavar="FILE", help="write the summary's figures here as JSON"
+    )
+    for option, low, high, default, meaning in (
+        ("--holdout-percent", 0, 99, 20, "hold a line out when its draw mod 100 is below N"),
+        ("--seed", 0, 2**64 - 1, 0, "the SplitMix64 seed of the split"),
+        ("--knots", MIN_KNOTS, 2**32, 4, "at most N prefill knots"),
+        ("--grid-points", MIN_GRID_POINTS, 2**32, 8, "at most N grid points per axis"),
+    ):
+        parser.add_argument(
+            option,
+            type=_int_between(low, high),
+            default=default,
+            metavar="N",
+            help=f"{meaning}; {low}..{high}, default {default}",
+        )
+
+
+def _int_between(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {low}..{high}, found {value}")
+        return value
+
+    return parse
 
 
 def _add_schema_arguments(parser: argparse.ArgumentParser) -> None:
@@ -313,6 +367,66 @@ def _validate(arguments: argparse.Namespace) -> int:
     return status
 
 
+def _calibrate(arguments: argparse.Namespace) -> int:
+    from servesim.calibrate import (
+        CalibrateOptions,
+        InvalidMeasurements,
+        calibrate,
+        parse_identity,
+    )
+
+    try:
+        data = Path(arguments.measurements).read_bytes()
+        identity_data = Path(arguments.identity).read_bytes()
+    except OSError as error:
+        print(f"servesim: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    outputs = [
+        (path, kind)
+        for path, kind in (
+            (arguments.regression_output, "regression"),
+            (arguments.grid_output, "grid"),
+            (arguments.summary_json, "summary"),
+        )
+        if path is not None
+    ]
+    inputs = (arguments.measurements, arguments.identity)
+    clashes = [path for path, _ in outputs if any(_same_file(path, given) for given in inputs)]
+    if clashes or len({os.path.realpath(path) for path, _ in outputs}) < len(outputs):
+        print(
+            "servesim: invalid input: an output is an input or another output; each output "
+            "needs a file of its own",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_INPUT
+    options = CalibrateOptions(
+        holdout_percent=arguments.holdout_percent,
+        seed=arguments.seed,
+        knots=arguments.knots,
+        grid_points=arguments.grid_points,
+    )
+    try:
+        identity = parse_identity(identity_data, arguments.identity)
+        result = calibrate(data, arguments.measurements, identity, arguments.identity, options)
+    except InvalidMeasurements as error:
+        print("servesim: invalid input:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    except ServesimError as error:
+        return _report_invalid(error)
+    contents = {"regression": result.regression, "grid": result.grid}
+    contents["summary"] = result.summary_json()
+    for path, kind in outputs:
+        try:
+            write_atomically(path, contents[kind])
+        except OSError as error:
+            print(f"servesim: cannot write {path}: {error.strerror}", file=sys.stderr)
+            return EXIT_INVALID_INPUT
+    print(result.summary_text(arguments.measurements), end="")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = _parser()
@@ -332,6 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_migrate(arguments)
         if arguments.command == "import":
             return _import(arguments)
+        if arguments.command == "calibrate":
+            return _calibrate(arguments)
         return _validate(arguments)
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
