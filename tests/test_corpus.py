@@ -12,18 +12,19 @@ from pathlib import Path
 import pytest
 
 import servesim
-from servesim.errors import ServesimError
-from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, load_corpus
+from servesim.errors import OutOfCoverage, ServesimError
+from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, Expect, load_corpus
 from servesim_conformance.coverage import coverage_table, spec_rules
 from tests.golden_snapshots import GOLDEN
 from tests.helpers import REPO
 
 CORPUS = load_corpus(GOLDEN)
-VALID = [case for case in CORPUS.cases if case.valid]
+VALID = [case for case in CORPUS.cases if case.expectation is Expect.REPORT]
+UNCOVERED = [case for case in CORPUS.cases if case.expectation is Expect.OUT_OF_COVERAGE]
 INVALID = [case for case in CORPUS.cases if not case.valid]
 #: Rules about servesim's own tools and schema releases, not about what a replay must do; the
 #: evolution tests check them (SPEC.md section 10).
-TOOL_RULES = {"R33", "R34", "R35", "R36", "R37", "R39"}
+TOOL_RULES = {"R33", "R34", "R35", "R36", "R37", "R39", "R44"}
 #: A valid case at most this big must carry a hand derivation.
 SMALL_CASE_REQUESTS = 6
 
@@ -75,6 +76,19 @@ def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no
     assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
 
 
+@pytest.mark.parametrize("case", UNCOVERED, ids=[case.id for case in UNCOVERED])
+def test_out_of_coverage_case_stops_with_r43_and_has_no_report(case) -> None:  # type: ignore[no-untyped-def]
+    assert case.valid  # its inputs are valid (R43), so it lives under valid/
+    assert not (case.folder / EXPECTED_REPORT).exists()
+    assert "R43" in case.rules
+    assert (case.folder / "DERIVATION.md").is_file()  # which step is the first uncovered one
+    paths = case.input_paths()
+    for role, path in paths.items():
+        servesim.read_document(path, role)
+    with pytest.raises(OutOfCoverage):
+        servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+
+
 @pytest.mark.parametrize("case", VALID, ids=[case.id for case in VALID])
 def test_small_valid_case_has_a_derivation(case) -> None:  # type: ignore[no-untyped-def]
     workload = json.loads((case.folder / "workload.json").read_bytes())
@@ -88,8 +102,9 @@ def test_invalid_case_is_rejected_and_has_no_report(case) -> None:  # type: igno
     assert case.fault
     assert "R5" in case.rules
     paths = case.input_paths()
-    with pytest.raises(ServesimError):
+    with pytest.raises(ServesimError) as raised:
         servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+    assert not isinstance(raised.value, OutOfCoverage)  # exit 3 is not invalid input
 
 
 def test_coverage_table_is_current() -> None:

@@ -10,10 +10,10 @@ import pytest
 from syrupy.assertion import SnapshotAssertion
 
 import servesim
-from servesim_conformance.corpus import load_corpus
+from servesim_conformance.corpus import Expect, load_corpus
 from tests.golden_snapshots import GOLDEN, GoldenReportExtension
 
-VALID_CASES = [case for case in load_corpus(GOLDEN).cases if case.valid]
+VALID_CASES = [case for case in load_corpus(GOLDEN).cases if case.expectation is Expect.REPORT]
 
 
 @pytest.fixture
