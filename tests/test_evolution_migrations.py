@@ -1,8 +1,9 @@
 """``servesim migrate``: a chain of small pure steps, and a migrated document replays the same.
 
-The reference reads only 1.0, so its chain is empty; the chain of the deliberate evolution in
-``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 2.0) exercises the machinery, and its 2.0
-reader (``load_scenario_2_0``) stands for an implementation that reads 2.0.
+The reference's chain has two steps: timing profile 1.0 -> 1.1 (a relabel) and report 1.0 -> 2.0
+(the calibration echo and the trace's step shapes). The chain of the deliberate evolution in
+``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 2.0) exercises the machinery further, and its
+2.0 reader (``load_scenario_2_0``) stands for an implementation that reads 2.0.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servesim.canonical import canonical_bytes
 from servesim.documents import load_document
 from servesim.errors import InvalidInput
 from servesim.migrations import CHAIN, Migration, MigrationChain
@@ -27,20 +29,67 @@ from servesim_conformance.evolution.cli import add_migrate_arguments, migrate_fi
 from servesim_conformance.strategies import requests, scenarios
 from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
 from tests.evolution_fixtures import SCENARIO_1_1, SCENARIO_2_0, load, load_scenario_2_0
-from tests.helpers import scenario_doc, timing_doc, workload_doc
+from tests.helpers import REPO, scenario_doc, timing_doc, workload_doc
 
 
 def _bytes(document: dict[str, Any]) -> bytes:
     return (json.dumps(document, indent=2) + "\n").encode()
 
 
-def test_reference_chain_is_empty_and_1_0_documents_are_current() -> None:
-    assert CHAIN.migrations == ()
+def test_reference_chain_leaves_current_documents_alone() -> None:
     document = scenario_doc()
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
     assert CHAIN.sources("scenario") == ("1.0",)
+    assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
+    assert CHAIN.sources("report") == ("1.0", "2.0")
+
+
+def test_timing_profile_1_0_is_relabelled_and_replays_the_same() -> None:
+    original = timing_doc()
+    migrated = CHAIN.migrate(original).document
+    assert migrated == {**original, "schema_version": "1.1"}
+    reports = [
+        replay_documents(
+            load_document(_bytes(scenario_doc()), "s.json", "scenario"),
+            load_document(
+                _bytes(workload_doc(("a", 0, 30, 5), ("b", 10, 7, 3))), "w.json", "workload"
+            ),
+            load_document(_bytes(profile), "t.json", "timing_profile"),
+            trace=True,
+        )
+        for profile in (original, migrated)
+    ]
+    strip = [json.loads(report) for report in reports]
+    for report in strip:
+        del report["inputs"]["timing_profile"]["sha256"]  # R37: digests are of the bytes read
+    assert strip[0] == strip[1]
+
+
+def _as_report_1_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 1.0 writer writes for the same replay: 2.0 without its two additions."""
+    old = copy.deepcopy(report)
+    old["schema_version"] = "1.0"
+    del old["inputs"]["timing_profile"]["calibration"]
+    for entry in old["trace"] or []:
+        del entry["shape"]
+    return old
+
+
+#: The golden reports of synthetic profiles: a measured profile's report has no 1.0 form (R38).
+GOLDEN_REPORTS = [
+    path
+    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    if json.loads(path.read_bytes())["inputs"]["timing_profile"]["calibration"] is None
+]
+
+
+@pytest.mark.parametrize("path", GOLDEN_REPORTS, ids=lambda path: path.parent.name)
+def test_report_1_0_migrates_to_exactly_the_2_0_report(path: Path) -> None:
+    old = _as_report_1_0(json.loads(path.read_bytes()))
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 1.0 report
+    assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()
 
 
 def test_fixture_chain_goes_one_version_at_a_time() -> None:

@@ -35,6 +35,9 @@ SCHEMAS = REPO / "schemas"
 RELEASES = {
     "1.0": "537929d2a64c862a69d90a20e4c480f26da5e8da24796f817bc03ecbca58aecb",
     "harness/1": "b44c75b3ccec1e28acb81320bb7a3b84db1283d44d63b5d1a4761f312b4344d4",
+    "1.1": "74773fafc071a317de2f8ddb7a505cfc42f70cb36803d7b3f2d9c2553d40330b",
+    "2.0": "faa957915dba6fc6db21d00ae4c94a6d3065361d20c2e0fb5154ef05173b71c8",
+    "harness/2": "a740285f7446a904b7e0a6d298185114c922951f8f71483f3e5847ed085bcafa",
 }
 
 
@@ -142,13 +145,16 @@ def test_work_tree_schemas_keep_the_policy_against_the_last_release() -> None:
 
 
 def test_describe_declares_every_kind_s_versions_and_each_is_released() -> None:
-    """The --describe handshake is how an implementation says which versions it reads (R38)."""
+    """The --describe handshake is how an implementation says which versions it reads, and for
+    the report which it writes (R38); every one of them must be released."""
     from servesim.describe import description
+    from servesim.schemas import WRITTEN_REPORT_VERSIONS
     from servesim_conformance.schemas import validate_harness_document
 
     described = description("0")
     assert validate_harness_document("describe", described) == []
     released = released_schemas(read_work_tree(SCHEMAS))
+    expected = {**SUPPORTED_VERSIONS, "report": WRITTEN_REPORT_VERSIONS}
     for kind, versions in described["schema_versions"].items():
-        assert versions == list(SUPPORTED_VERSIONS[kind])
+        assert versions == list(expected[kind])
         assert set(versions) <= {entry.version for entry in released[kind]}

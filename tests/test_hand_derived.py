@@ -122,6 +122,8 @@ CHUNK_CASES = {
             "prefill": [{"id": "C", "tokens": 6}, {"id": "D", "tokens": 1}],
             "prefill_tokens": 7,
             "batched_tokens": 7,
+            # R22: no decoders, so C is 0
+            "shape": {"decode_requests": 0, "context_tokens": 0, "prefill_tokens": 7},
         },
         "step2_prefill": [{"id": "C", "tokens": 6}],
         "ab_tokens": [1040, 2300],
@@ -146,6 +148,8 @@ CHUNK_CASES = {
             "prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
             "prefill_tokens": 3,
             "batched_tokens": 5,
+            # R22: A and B each have prompt 2 + 1 token produced at 1040: C = 3 + 3
+            "shape": {"decode_requests": 2, "context_tokens": 6, "prefill_tokens": 3},
         },
         "step2_prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
         "ab_tokens": [1040, 2270],

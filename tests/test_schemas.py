@@ -9,11 +9,14 @@ from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
 
 from servesim.schemas import SUPPORTED_VERSIONS, schema_path
+from servesim_conformance.strategies import timing_profiles
 from tests.helpers import REPO
 
-SCHEMA_FILES = sorted((REPO / "schemas" / "v1").glob("*.schema.json"))
+#: The working schema of every major (R34): v1 holds every kind, v2 the report.
+SCHEMA_FILES = sorted((REPO / "schemas").glob("v*/*.schema.json"))
 
 
 def _properties(schema: Any, where: str = "") -> Iterator[tuple[str, Any]]:
@@ -29,9 +32,12 @@ def _properties(schema: Any, where: str = "") -> Iterator[tuple[str, Any]]:
         yield from _properties(subschema, f"{where}/$defs/{name}")
 
 
-def test_one_schema_per_document_kind() -> None:
-    assert {path.name for path in SCHEMA_FILES} == {
-        schema_path(kind, "1.0").name for kind in SUPPORTED_VERSIONS
+def test_one_working_schema_per_document_kind_and_major() -> None:
+    working = {(path.parent.name, path.name) for path in SCHEMA_FILES}
+    assert working == {
+        (f"v{version.split('.')[0]}", schema_path(kind, version).name)
+        for kind, versions in SUPPORTED_VERSIONS.items()
+        for version in versions
     }
 
 
@@ -40,7 +46,7 @@ def test_r3_schema_is_valid_draft_2020_12_with_id_title_description(path: Path) 
     schema = json.loads(path.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["$id"].startswith("urn:servesim:schema:v1:")
+    assert schema["$id"].startswith(f"urn:servesim:schema:{path.parent.name}:")
     assert schema["title"]
     assert schema["description"]
 
@@ -72,8 +78,25 @@ def test_r3_every_object_is_closed(path: Path) -> None:
 @pytest.mark.parametrize("path", SCHEMA_FILES, ids=lambda path: path.name)
 def test_r2_schema_pins_document_kind_and_version(path: Path) -> None:
     properties = json.loads(path.read_text(encoding="utf-8"))["properties"]
-    assert properties["schema_version"] == {
-        "description": properties["schema_version"]["description"],
-        "const": "1.0",
-    }
-    assert properties["document"]["const"] in SUPPORTED_VERSIONS
+    kind = properties["document"]["const"]
+    version = properties["schema_version"]
+    read = version["enum"] if "enum" in version else [version["const"]]
+    major = path.parent.name.removeprefix("v")
+    # R34: the working schema of a major reads every minor of that major the reference reads
+    assert read == [each for each in SUPPORTED_VERSIONS[kind] if each.split(".")[0] == major]
+
+
+@settings(max_examples=100)
+@given(timing_profiles())
+def test_r35_every_timing_profile_1_0_is_a_timing_profile_1_1(profile: dict[str, Any]) -> None:
+    """The reviewer's decision for timing profile 1.1 (schemas/reviews/): backward compatible.
+
+    ``servesim schema review`` leaves the verdict undecided (the kinds are chosen by if/then),
+    so the decision rests on this: any 1.0 profile, relabelled, is valid under 1.1.
+    """
+    released = json.loads(
+        (REPO / "schemas" / "released" / "1.0" / "timing-profile.schema.json").read_text()
+    )
+    jsonschema.validate(profile, released)
+    schema = json.loads(schema_path("timing_profile", "1.1").read_text(encoding="utf-8"))
+    jsonschema.validate({**profile, "schema_version": "1.1"}, schema)

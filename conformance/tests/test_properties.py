@@ -22,6 +22,7 @@ from servesim_conformance.implementation import Implementation
 from servesim_conformance.properties import (
     Documents,
     PropertyRunner,
+    at_current_version,
     input_bytes,
     reference_report,
     write_case,
@@ -78,7 +79,7 @@ def test_differential_against_reference(
     enabled = pytestconfig.getoption("--differential") or os.environ.get("SERVESIM_DIFFERENTIAL")
     if not enabled:
         pytest.skip("differential mode is off (--differential or SERVESIM_DIFFERENTIAL=1)")
-    actual = runner.report_bytes(documents)
+    actual = at_current_version(runner.report_bytes(documents))
     expected = reference_report(documents)
     if actual != expected:
         target = Path(pytestconfig.getoption("--divergence-dir") or ".servesim-divergence")

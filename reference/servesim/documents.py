@@ -254,6 +254,14 @@ def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem
             )
             for key in sorted(set(error.instance) - set(allowed))
         ]
+    forbidden = error.validator_value
+    if error.validator == "not" and isinstance(forbidden, dict) and set(forbidden) == {"required"}:
+        # a member forbidden in this case: point at it, and say why if the schema does
+        why = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
+        return [
+            InputProblem(file, pointer([*path, name]), f"not allowed here. {why}".strip())
+            for name in forbidden["required"]
+        ]
     return [InputProblem(file, pointer(path), _message(error))]
 
 
@@ -265,6 +273,30 @@ def schema_problems(
     for error in _validator(kind, version).iter_errors(value):
         problems.extend(_describe(error, file))
     return sorted(set(problems))
+
+
+def _needs_newer_minor(
+    value: dict[str, Any], kind: str, version: str, file: str
+) -> list[InputProblem] | None:
+    """R2: a document that uses what a later minor added gets one problem saying so.
+
+    Its version's schema would list every member it does not know; the user only needs to hear
+    that the document is written for the newer minor (for example a grid profile labelled 1.0).
+    """
+    major = version.split(".", 1)[0]
+    newest = [each for each in SUPPORTED_VERSIONS[kind] if each.split(".", 1)[0] == major][-1]
+    if newest == version or not schema_problems(value, kind, version, file):
+        return None
+    if schema_problems({**value, "schema_version": newest}, kind, newest, file):
+        return None
+    return [
+        InputProblem(
+            file,
+            "/schema_version",
+            f"the document uses what version {newest} added; expected {as_json(newest)}, "
+            f"found {as_json(version)}",
+        )
+    ]
 
 
 # --- R4: semantic constraints -----------------------------------------------------------
@@ -358,9 +390,7 @@ def _not_increasing(values: list[int]) -> list[int]:
     return [index for index in range(1, len(values)) if values[index] <= values[index - 1]]
 
 
-def _grid_problems(
-    model: dict[str, Any], problem: Any
-) -> dict[str, tuple[int, int]]:
+def _grid_problems(model: dict[str, Any], problem: Any) -> dict[str, tuple[int, int]]:
     """R40 for a grid: increasing axes, one duration per grid point; returns the axes' ranges."""
     axes = model["axes"]
     for name in SHAPE_DIMENSIONS:
@@ -409,6 +439,7 @@ def load_document(data: bytes, file: str, expected_kind: str | None = None) -> D
     """
     value = parse_json(data, file)
     kind, version = check_header(value, file, expected_kind)
+    _raise_if_any(_needs_newer_minor(value, kind, version, file) or [])
     _raise_if_any(schema_problems(value, kind, version, file))
     _raise_if_any(semantic_problems(value, kind, file))
     return Document(file=file, kind=kind, version=version, data=data, value=value)
@@ -481,9 +512,7 @@ def _build_model(model: dict[str, Any]) -> TimingModel:
             decode_axis=tuple(axes["decode_requests"]),
             context_axis=tuple(axes["context_tokens"]),
             prefill_axis=tuple(axes["prefill_tokens"]),
-            durations=tuple(
-                tuple(tuple(row) for row in plane) for plane in model["duration_us"]
-            ),
+            durations=tuple(tuple(tuple(row) for row in plane) for plane in model["duration_us"]),
             coverage=_build_coverage(model["coverage"]),
         )
     if model["kind"] == "regression":

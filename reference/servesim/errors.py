@@ -109,6 +109,7 @@ class OutOfCoverage(ServesimError):
             lines.append(
                 f"calibration: {identity['engine']} {identity['engine_version']}, "
                 f"{identity['model']} @ {identity['model_revision']}, {identity['gpu']}, "
+                f"server config sha256 {identity['server_config_sha256']}, "
                 f"source sha256 {identity['source_sha256']}"
             )
         return lines

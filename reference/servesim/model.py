@@ -109,9 +109,7 @@ class Coverage:
     def outside(self, shape: StepShape) -> list[str]:
         """The dimensions on which ``shape`` is not covered, in ``SHAPE_DIMENSIONS`` order."""
         return [
-            name
-            for name in SHAPE_DIMENSIONS
-            if getattr(shape, name) not in getattr(self, name)
+            name for name in SHAPE_DIMENSIONS if getattr(shape, name) not in getattr(self, name)
         ]
 
 
