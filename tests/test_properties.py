@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 import servesim
 from servesim_conformance import invariants
-from servesim_conformance.strategies import input_triples, scenarios, timing_profiles, workloads
+from servesim_conformance.strategies import (
+    input_triples,
+    measured_input_triples,
+    scenarios,
+    timing_profiles,
+    workloads,
+)
 
 Documents = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
 
@@ -33,23 +39,32 @@ def run(documents: Documents, *, trace: bool = True) -> bytes:
     )
 
 
-@given(input_triples())
+#: Every kind of timing profile: synthetic (R22) and measured (R41, R42).
+any_input_triples = st.one_of(input_triples(), measured_input_triples())
+
+
+@given(any_input_triples)
+def test_r22_r30_traced_shapes_and_durations_follow_the_profile(documents: Documents) -> None:
+    invariants.check_step_shapes(documents[2], json.loads(run(documents)))
+
+
+@given(any_input_triples)
 def test_r9_r10_r11_every_request_reaches_exactly_one_terminal_state(documents: Documents) -> None:
     scenario, workload, _ = documents
     invariants.check_terminal_states(scenario, workload, json.loads(run(documents)))
 
 
-@given(input_triples())
+@given(any_input_triples)
 def test_r17_r19_r21_no_step_exceeds_its_budgets(documents: Documents) -> None:
     invariants.check_step_budgets(documents[0], json.loads(run(documents)))
 
 
-@given(input_triples())
+@given(any_input_triples)
 def test_r20_r21_token_times_increase_and_follow_arrival(documents: Documents) -> None:
     invariants.check_token_times(json.loads(run(documents)))
 
 
-@given(input_triples())
+@given(any_input_triples)
 def test_r16_r20_trace_is_consistent_with_requests(documents: Documents) -> None:
     invariants.check_trace_consistency(json.loads(run(documents)))
 
@@ -66,7 +81,7 @@ def test_r25_digests_are_sha256_of_input_bytes(documents: Documents) -> None:
     invariants.check_digests(inputs, json.loads(run(documents, trace=False)))
 
 
-@given(input_triples())
+@given(any_input_triples)
 def test_r21_rerun_gives_identical_bytes(documents: Documents) -> None:
     assert run(documents) == run(documents)
 
@@ -84,7 +99,7 @@ def test_shifting_every_arrival_shifts_every_time(
     invariants.check_arrival_shift(before, after, shift)
 
 
-@given(input_triples())
+@given(any_input_triples)
 def test_r23_report_is_canonical_and_schema_valid(documents: Documents) -> None:
     data = run(documents)
     assert data.endswith(b"}\n")

@@ -177,6 +177,46 @@ def check_digests(inputs: Mapping[str, bytes], report: Document) -> None:
         _require(report["inputs"][role]["sha256"] == expected, "R25", f"{role} digest")
 
 
+def check_step_shapes(timing: Document, report: Document) -> None:
+    """R22, R25, R30: each traced step's shape is what its requests say, it lasts what the
+    timing profile gives that shape, and the report echoes the profile's calibration.
+
+    The duration is computed by the reference's models (``servesim.documents``): the harness
+    ships with the reference, and this check then holds any implementation to R22, R41, R42.
+    """
+    from servesim.documents import build_timing_profile
+    from servesim.model import StepShape
+
+    _require(
+        report["inputs"]["timing_profile"]["calibration"] == timing.get("calibration"),
+        "R25",
+        "inputs.timing_profile.calibration is not the profile's calibration",
+    )
+    model = build_timing_profile(timing).model
+    requests = {request["id"]: request for request in report["requests"]}
+    for step in report["trace"] or []:
+        where = f"step of worker {step['worker']} at {step['start_us']}"
+        context = sum(
+            requests[rid]["prompt_tokens"]
+            + sum(1 for t in requests[rid]["token_times_us"] if t <= step["start_us"])
+            for rid in step["decode_requests"]
+        )
+        expected = {
+            "decode_requests": len(step["decode_requests"]),
+            "context_tokens": context,
+            "prefill_tokens": step["prefill_tokens"],
+        }
+        _require(
+            step["shape"] == expected, "R22", f"{where}: shape {step['shape']}, expected {expected}"
+        )
+        duration = model.step_duration_us(StepShape(**expected))
+        _require(
+            step["end_us"] - step["start_us"] == duration,
+            "R22",
+            f"{where}: lasts {step['end_us'] - step['start_us']} us, the profile gives {duration}",
+        )
+
+
 def check_arrival_shift(before: Document, after: Document, shift: int) -> None:
     """R6, R7 (metamorphic): shifting every arrival by ``shift`` shifts every time by it and
     changes nothing else."""

@@ -83,7 +83,8 @@ class PropertyRunner:
             return report.read_bytes()
 
     def report(self, documents: Documents, *, trace: bool = True) -> dict[str, Any]:
-        data = self.report_bytes(documents, trace=trace)
+        """The report's value at the current report version (an older one migrated, R38)."""
+        data = at_current_version(self.report_bytes(documents, trace=trace))
         try:
             value: dict[str, Any] = servesim.load_document(data, REPORT_NAME, "report").value
         except servesim.InvalidInput as error:

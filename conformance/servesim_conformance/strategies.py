@@ -107,6 +107,90 @@ def input_triples() -> st.SearchStrategy[tuple[dict[str, Any], dict[str, Any], d
     return st.tuples(scenarios(), workloads(), timing_profiles())
 
 
+#: The step shapes ``scenarios()`` can produce (R22): at most 4 decoding requests of context at
+#: most 64 tokens each, at most 24 tokens in a step. Measured profiles cover at least this, so
+#: generated replays never stop outside the coverage (R43).
+REACHABLE = {"decode_requests": 4, "context_tokens": 4 * 64, "prefill_tokens": 24}
+
+#: The engine limits a generated measured profile claims; its coverage lies within them (R40).
+GENERATED_LIMITS = {"max_num_seqs": 4, "max_batched_tokens": 24, "max_model_len": 64}
+
+
+def calibration_doc(limits: dict[str, int] | None = None) -> dict[str, Any]:
+    """A calibration identity (R40) for generated profiles."""
+    return {
+        "engine": "generated",
+        "engine_version": "0",
+        "model": "hypothesis",
+        "model_revision": "0",
+        "gpu": "none",
+        "server_config_sha256": "0" * 64,
+        "source_sha256": "1" * 64,
+        "limits": dict(limits or GENERATED_LIMITS),
+    }
+
+
+@st.composite
+def axis_points(draw: st.DrawFn, top: int) -> list[int]:
+    """Strictly increasing points from 0 to ``top``; shrinks towards just the two ends."""
+    inner = draw(st.lists(st.integers(1, top - 1), max_size=3, unique=True))
+    return [0, *sorted(inner), top]
+
+
+@st.composite
+def grid_models(draw: st.DrawFn) -> dict[str, Any]:
+    """A ``grid`` model (R41) over the reachable shapes, with durations that rise and fall."""
+    axes = {name: draw(axis_points(top)) for name, top in REACHABLE.items()}
+    sizes = [len(points) for points in axes.values()]
+    duration = st.integers(1, 5_000)
+    plane = st.lists(
+        st.lists(duration, min_size=sizes[2], max_size=sizes[2]),
+        min_size=sizes[1],
+        max_size=sizes[1],
+    )
+    return {
+        "kind": "grid",
+        "axes": axes,
+        "duration_us": draw(st.lists(plane, min_size=sizes[0], max_size=sizes[0])),
+        "coverage": {name: {"min": 0, "max": top} for name, top in REACHABLE.items()},
+    }
+
+
+@st.composite
+def regression_models(draw: st.DrawFn) -> dict[str, Any]:
+    """A ``regression`` model (R42) whose costs are not whole microseconds, so it rounds."""
+    tokens = draw(axis_points(REACHABLE["prefill_tokens"]))
+    return {
+        "kind": "regression",
+        "intercept_ns": draw(st.integers(1, 2_000_000)),
+        "prefill_knots": [
+            {"tokens": count, "ns": draw(st.integers(0, 4_000_000))} for count in tokens
+        ],
+        "decode_request_ns": draw(st.integers(0, 500_000)),
+        "context_token_ps": draw(st.integers(0, 5_000_000)),
+        "coverage": {name: {"min": 0, "max": top} for name, top in REACHABLE.items()},
+    }
+
+
+@st.composite
+def measured_timing_profiles(draw: st.DrawFn) -> dict[str, Any]:
+    """A timing profile 1.1 with a ``grid`` or ``regression`` model covering every step that
+    ``scenarios()`` can form."""
+    return {
+        "document": "timing_profile",
+        "schema_version": "1.1",
+        "calibration": calibration_doc(),
+        "model": draw(st.one_of(grid_models(), regression_models())),
+    }
+
+
+def measured_input_triples() -> st.SearchStrategy[
+    tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
+]:
+    """(scenario, workload, measured timing profile), drawn together."""
+    return st.tuples(scenarios(), workloads(), measured_timing_profiles())
+
+
 def load_profile(name: str) -> None:
     """Register servesim's hypothesis profiles and load ``name``: ``ci`` is derandomized and
     database-free, so a CI run is reproducible; ``dev`` only lifts the deadline."""

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servesim_conformance import invariants
-from servesim_conformance.implementation import Implementation
+from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.properties import (
     Documents,
     PropertyRunner,
@@ -27,7 +27,7 @@ from servesim_conformance.properties import (
     reference_report,
     write_case,
 )
-from servesim_conformance.strategies import input_triples
+from servesim_conformance.strategies import input_triples, measured_input_triples
 
 EXAMPLES = int(os.environ.get("SERVESIM_PROPERTY_EXAMPLES", "25"))
 tier = settings(max_examples=EXAMPLES)
@@ -46,6 +46,35 @@ def test_single_run_invariants(runner: PropertyRunner, documents: Documents) -> 
     report = runner.report(documents)
     invariants.check_report(scenario, workload, report)
     invariants.check_digests(input_bytes(documents), report)
+
+
+@tier
+@given(documents=input_triples())
+def test_step_shapes_and_durations(runner: PropertyRunner, documents: Documents) -> None:
+    """R22, R25, R30: every traced step's shape, its duration under the profile, the echo."""
+    invariants.check_step_shapes(documents[2], runner.report(documents))
+
+
+#: What an implementation must declare to be given measured timing profiles (R38).
+MEASURED = {"timing.grid", "timing.regression"}
+
+
+@tier
+@given(documents=measured_input_triples())
+def test_measured_profiles_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R22, R41, R42 and the single-run invariants with grid and regression profiles."""
+    if not description.features >= MEASURED or "1.1" not in description.schema_versions.get(
+        "timing_profile", []
+    ):
+        pytest.skip(
+            "the implementation does not declare timing profile 1.1 with grid and regression"
+        )
+    scenario, workload, timing = documents
+    report = runner.report(documents)
+    invariants.check_report(scenario, workload, report)
+    invariants.check_step_shapes(timing, report)
 
 
 @tier

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Clean-room servesim v1 replay, written from SPEC.md sections 2-7 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7 and 10 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
-(sections 1 and 8), so the suite's invalid tier finds that. See README.md beside it.
+(sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
+profile), so the suite's invalid tier finds that. It reads timing profiles 1.0 and 1.1 (the
+synthetic_linear, grid and regression models), writes report 2.0 and speaks conformance
+protocol 2 (exit 3 when a step's shape is outside the profile's coverage, R43). See README.md
+beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -84,7 +88,146 @@ class InvalidInput(Exception):
     pass
 
 
-def simulate(scn, wl, tp, trace_on):
+class OutOfCoverage(Exception):  # R43: exit 3
+    pass
+
+
+DIMS = ("decode_requests", "context_tokens", "prefill_tokens")
+
+
+def check_measured(tp):  # R40, the agreements beyond the schema (R4); list of problems
+    m = tp["model"]
+    kind = m["kind"]
+    if kind == "synthetic_linear":
+        return []
+    probs = []
+    cov = m["coverage"]
+    for k in DIMS:
+        if cov[k]["min"] > cov[k]["max"]:
+            probs.append("/model/coverage/%s: min %d is greater than max %d"
+                         % (k, cov[k]["min"], cov[k]["max"]))
+    if kind == "grid":
+        axes = m["axes"]
+        for k in DIMS:
+            a = axes[k]
+            if any(a[i] >= a[i + 1] for i in range(len(a) - 1)):
+                probs.append("/model/axes/%s: not strictly increasing" % k)
+            if cov[k]["min"] != a[0] or cov[k]["max"] != a[-1]:
+                probs.append("/model/coverage/%s: expected exactly [%d, %d], the axis's first "
+                             "and last point" % (k, a[0], a[-1]))
+        nd, nc, npf = (len(axes[k]) for k in DIMS)
+        dur = m["duration_us"]
+        if len(dur) != nd:
+            probs.append("/model/duration_us: %d entries, expected %d (decode_requests points)"
+                         % (len(dur), nd))
+        for d, row in enumerate(dur):
+            if len(row) != nc:
+                probs.append("/model/duration_us/%d: %d entries, expected %d (context_tokens "
+                             "points)" % (d, len(row), nc))
+            for c, cell in enumerate(row):
+                if len(cell) != npf:
+                    probs.append("/model/duration_us/%d/%d: %d entries, expected %d "
+                                 "(prefill_tokens points)" % (d, c, len(cell), npf))
+    else:
+        kn = [k["tokens"] for k in m["prefill_knots"]]
+        if any(kn[i] >= kn[i + 1] for i in range(len(kn) - 1)):
+            probs.append("/model/prefill_knots: tokens not strictly increasing")
+        if cov["prefill_tokens"]["min"] != kn[0] or cov["prefill_tokens"]["max"] != kn[-1]:
+            probs.append("/model/coverage/prefill_tokens: expected exactly [%d, %d], the first "
+                         "and last knot's tokens" % (kn[0], kn[-1]))
+    lim = tp["calibration"]["limits"]
+    if cov["decode_requests"]["max"] > lim["max_num_seqs"]:
+        probs.append("/model/coverage/decode_requests/max: greater than "
+                     "calibration.limits.max_num_seqs %d" % lim["max_num_seqs"])
+    if cov["prefill_tokens"]["max"] > lim["max_batched_tokens"]:
+        probs.append("/model/coverage/prefill_tokens/max: greater than "
+                     "calibration.limits.max_batched_tokens %d" % lim["max_batched_tokens"])
+    if cov["context_tokens"]["max"] > lim["max_num_seqs"] * lim["max_model_len"]:
+        probs.append("/model/coverage/context_tokens/max: greater than max_num_seqs * "
+                     "max_model_len = %d" % (lim["max_num_seqs"] * lim["max_model_len"]))
+    return probs
+
+
+def lerp(x, y, num, den):  # R41 step 2; den == 0 means the bracket (i, i)
+    if den == 0:
+        return x
+    if y >= x:
+        return x + ((y - x) * num + den // 2) // den
+    return x - ((x - y) * num + den // 2) // den
+
+
+def bracket(axis, v):  # R41 step 1: (lo, hi, num, den); v lies within the axis (R40, R43)
+    for i, a in enumerate(axis):
+        if a == v:
+            return i, i, 0, 0
+        if a > v:
+            return i - 1, i, v - axis[i - 1], a - axis[i - 1]
+    raise AssertionError("coordinate beyond the axis")
+
+
+def make_timer(tp):
+    """A function from the shape (D, C, P) to the step's duration in us (R22, R41, R42), or
+    None when the shape is outside the coverage (R43)."""
+    m = tp["model"]
+    kind = m["kind"]
+    if kind == "synthetic_linear":
+        ovh, pns, dns = m["step_overhead_ns"], m["prefill_token_ns"], m["decode_token_ns"]
+        return lambda D, C, P: (ovh + P * pns + D * dns + 999) // 1000
+    cov = m["coverage"]
+    (dlo, dhi), (clo, chi), (plo, phi) = ((cov[k]["min"], cov[k]["max"]) for k in DIMS)
+
+    def covered(D, C, P):
+        return dlo <= D <= dhi and clo <= C <= chi and plo <= P <= phi
+
+    if kind == "grid":
+        ad, ac, ap = (m["axes"][k] for k in DIMS)
+        g = m["duration_us"]
+
+        def grid(D, C, P):
+            if not covered(D, C, P):
+                return None
+            d0, d1, dn, dd = bracket(ad, D)
+            c0, c1, cn, cd = bracket(ac, C)
+            p0, p1, pn, pd = bracket(ap, P)
+            by_d = []
+            for d in (d0, d1):
+                by_c = [lerp(g[d][c][p0], g[d][c][p1], pn, pd) for c in (c0, c1)]
+                by_d.append(lerp(by_c[0], by_c[1], cn, cd))
+            return lerp(by_d[0], by_d[1], dn, dd)
+
+        return grid
+    knots = m["prefill_knots"]
+    icpt, drn, ctps = m["intercept_ns"], m["decode_request_ns"], m["context_token_ps"]
+    kt = [k["tokens"] for k in knots]
+
+    def regression(D, C, P):
+        if not covered(D, C, P):
+            return None
+        i0, i1, num, den = bracket(kt, P)
+        prefill_ns = lerp(knots[i0]["ns"], knots[i1]["ns"], num, den)
+        total_ps = 1000 * (icpt + prefill_ns + D * drn) + C * ctps
+        return (total_ps + 999999) // 1000000
+
+    return regression
+
+
+def uncovered_message(tp, tp_path, shape, worker, start):  # R43's stderr message
+    cov = tp["model"]["coverage"]
+    outside = []
+    for k, v in zip(DIMS, shape):
+        lo, hi = cov[k]["min"], cov[k]["max"]
+        if not lo <= v <= hi:
+            outside.append("%s %d is outside the covered range [%d, %d]" % (k, v, lo, hi))
+    return (
+        "error: step shape (decode_requests %d, context_tokens %d, prefill_tokens %d) formed by "
+        "worker %d at %d us is outside the timing profile's coverage: %s; profile %s, "
+        "calibration %s (R43)"
+        % (shape + (worker, start, "; ".join(outside), tp_path,
+                    json.dumps(tp.get("calibration"), sort_keys=True)))
+    )
+
+
+def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
     N = scn["fleet"]["workers"]
     policy = scn["routing"]["policy"]
     rng = splitmix(scn["routing"]["seed"]) if policy == "random" else None
@@ -94,8 +237,7 @@ def simulate(scn, wl, tp, trace_on):
     mml = sch["max_model_len"]
     mode = sch["prefill"]["mode"]
     mct = sch["prefill"].get("max_chunk_tokens")
-    m = tp["model"]
-    ovh, pns, dns = m["step_overhead_ns"], m["prefill_token_ns"], m["decode_token_ns"]
+    timer = make_timer(tp)
 
     reqs = [Req(i, d) for i, d in enumerate(wl["requests"])]
     workers = [Worker(i) for i in range(N)]
@@ -143,9 +285,12 @@ def simulate(scn, wl, tp, trace_on):
             budget -= a
         w.peak_running = max(w.peak_running, len(w.running))
         D = len(decode)
+        C = sum(r.prompt + len(r.tokens) for r in decode)  # R22: context at the step's start
         P = sum(a for _, a in allot)
         assert D + P >= 1
-        dur = (ovh + P * pns + D * dns + 999) // 1000
+        dur = timer(D, C, P)
+        if dur is None:
+            raise OutOfCoverage(uncovered_message(tp, tp_path, (D, C, P), w.i, now))
         end = now + dur
         if end > MAX_T:
             raise InvalidInput("a step would end after 2^53-1 us")
@@ -165,6 +310,7 @@ def simulate(scn, wl, tp, trace_on):
                     "prefill": [{"id": r.id, "tokens": a} for r, a in allot],
                     "prefill_tokens": P,
                     "batched_tokens": D + P,
+                    "shape": {"decode_requests": D, "context_tokens": C, "prefill_tokens": P},
                 }
             )
         push(end, 0, w)
@@ -330,12 +476,21 @@ def main(argv=None):
             json.dumps(
                 {
                     "name": "servesim-independent",
-                    "version": "0.1.0",
-                    "protocol_version": 1,
+                    "version": "0.2.0",
+                    "protocol_version": 2,
                     "schema_versions": {
-                        k: ["1.0"] for k in ("scenario", "workload", "timing_profile", "report")
+                        "scenario": ["1.0"],
+                        "workload": ["1.0"],
+                        "timing_profile": ["1.0", "1.1"],
+                        "report": ["2.0"],
                     },
-                    "features": ["prefill.chunked", "routing.random", "trace"],
+                    "features": [
+                        "prefill.chunked",
+                        "routing.random",
+                        "timing.grid",
+                        "timing.regression",
+                        "trace",
+                    ],
                 }
             )
         )
@@ -350,17 +505,28 @@ def main(argv=None):
         with open(p, "rb") as f:
             raw[k] = f.read()
         docs[k] = json.loads(raw[k].decode("utf-8"))
+    tp = docs["timing_profile"]
+    problems = check_measured(tp)
+    if problems:
+        for pr in problems:
+            print("error: %s: %s (R40)" % (a.timing_profile, pr), file=sys.stderr)
+        return 2
     try:
         summary, wout, rout, trace = simulate(
-            docs["scenario"], docs["workload"], docs["timing_profile"], a.trace
+            docs["scenario"], docs["workload"], tp, a.trace, a.timing_profile
         )
     except InvalidInput as e:
         print("error: %s" % e, file=sys.stderr)
         return 2
+    except OutOfCoverage as e:
+        print(str(e), file=sys.stderr)
+        return 3
+    inputs = {k: {"sha256": hashlib.sha256(v).hexdigest()} for k, v in raw.items()}
+    inputs["timing_profile"]["calibration"] = tp.get("calibration")  # R25
     report = {
         "document": "report",
-        "schema_version": "1.0",
-        "inputs": {k: {"sha256": hashlib.sha256(v).hexdigest()} for k, v in raw.items()},
+        "schema_version": "2.0",
+        "inputs": inputs,
         "summary": summary,
         "workers": wout,
         "requests": rout,
