@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from servesim.documents import build_timing_profile, load_document
 from servesim.errors import InvalidInput
 from servesim.model import Coverage, GridTiming, Interval, StepShape, interpolate
-from tests.helpers import EXAMPLES, run_servesim, scenario_doc, workload_doc, write_inputs
+from tests.helpers import EXAMPLES, REPO, run_servesim, scenario_doc, workload_doc, write_inputs
 
 GRID_PROFILE = json.loads((EXAMPLES / "basic" / "grid-profile.json").read_text())
 REGRESSION_PROFILE = json.loads((EXAMPLES / "basic" / "regression-profile.json").read_text())
@@ -331,3 +331,25 @@ def test_r25_report_echoes_the_calibration_and_null_without_one(tmp_path: Path) 
         report = json.loads((folder / "report.json").read_text())
         echoed.append(report["inputs"]["timing_profile"]["calibration"])
     assert echoed == [GRID_PROFILE["calibration"], None]
+
+
+def test_r7_r43_the_first_step_in_event_order_decides_the_exit_code(tmp_path: Path) -> None:
+    # golden/invalid/step-past-time-limit-before-uncovered-step/DERIVATION.md: worker 1's
+    # scheduling event was created first, so its R6 problem (exit 2) wins over worker 0's
+    # uncovered step (exit 3), although worker 0 has the lower index.
+    case = REPO / "golden" / "invalid" / "step-past-time-limit-before-uncovered-step"
+    output = tmp_path / "report.json"
+    result = run_servesim(
+        "replay",
+        "--scenario",
+        case / "scenario.json",
+        "--workload",
+        case / "workload.json",
+        "--timing-profile",
+        case / "timing-profile.json",
+        "--output",
+        output,
+    )
+    assert result.returncode == 2
+    assert "a step of worker 1 starting at 9007199254740491 us" in result.stderr
+    assert not output.exists()
