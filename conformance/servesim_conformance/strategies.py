@@ -197,3 +197,42 @@ def load_profile(name: str) -> None:
     settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
     settings.register_profile("dev", deadline=None)
     settings.load_profile(name)
+
+
+@st.composite
+def narrow_grid_models(draw: st.DrawFn) -> dict[str, Any]:
+    """A ``grid`` model whose coverage may miss some reachable shapes, at either end (R43)."""
+    axes: dict[str, list[int]] = {}
+    for name, top in REACHABLE.items():
+        low = draw(st.integers(0, 2))
+        high = draw(st.integers(low, top))
+        inner = draw(st.lists(st.integers(low, high), max_size=2, unique=True))
+        axes[name] = sorted({low, high, *inner})
+    sizes = [len(points) for points in axes.values()]
+    duration = st.integers(1, 5_000)
+    plane = st.lists(
+        st.lists(duration, min_size=sizes[2], max_size=sizes[2]),
+        min_size=sizes[1],
+        max_size=sizes[1],
+    )
+    return {
+        "kind": "grid",
+        "axes": axes,
+        "duration_us": draw(st.lists(plane, min_size=sizes[0], max_size=sizes[0])),
+        "coverage": {name: {"min": points[0], "max": points[-1]} for name, points in axes.items()},
+    }
+
+
+def narrow_measured_input_triples() -> st.SearchStrategy[
+    tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
+]:
+    """(scenario, workload, grid profile) where the replay may stop outside the coverage."""
+    profile = narrow_grid_models().map(
+        lambda model: {
+            "document": "timing_profile",
+            "schema_version": "1.1",
+            "calibration": calibration_doc(),
+            "model": model,
+        }
+    )
+    return st.tuples(scenarios(), workloads(), profile)
