@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servesim.errors import OutOfCoverage, ServesimError
 from servesim_conformance.properties import (
@@ -24,8 +25,10 @@ from servesim_conformance.properties import (
     reference_report,
 )
 from servesim_conformance.strategies import (
+    calibration_doc,
     input_triples,
     measured_input_triples,
+    measured_timing_profiles,
     narrow_measured_input_triples,
     scenarios,
     timing_profiles,
@@ -117,3 +120,54 @@ def test_reference_equals_plain_loop_with_measured_profiles(documents: Documents
 def test_reference_and_plain_loop_stop_at_the_same_uncovered_step(documents: Documents) -> None:
     """R43, R7: with coverage narrower than the steps formed, both stop with the same code."""
     assert reference_outcome(documents) == plain_outcome(documents)
+
+
+@st.composite
+def long_measured_runs(draw: st.DrawFn) -> Documents:
+    """Long decodes (runs beyond ``MEASURED_RUN_LIMIT`` steps) cut by arrivals, on a measured
+    model whose durations change as the context grows."""
+    scenario = {
+        "document": "scenario",
+        "schema_version": "1.0",
+        "fleet": {"workers": draw(st.integers(1, 2))},
+        "routing": {"policy": "round_robin"},
+        "scheduler": {
+            "max_num_seqs": 3,
+            "max_batched_tokens": 16,
+            "max_model_len": 1000,
+            "prefill": {"mode": "whole"},
+        },
+    }
+    requests = [
+        {
+            "id": f"r{index}",
+            "arrival_us": draw(st.integers(0, 400_000)),
+            "prompt_tokens": draw(st.integers(1, 16)),
+            "max_output_tokens": draw(st.integers(250, 900)),
+        }
+        for index in range(draw(st.integers(1, 5)))
+    ]
+    workload = {"document": "workload", "schema_version": "1.0", "requests": requests}
+    profile = draw(measured_timing_profiles())
+    limits = {"max_num_seqs": 3, "max_batched_tokens": 16, "max_model_len": 1000}
+    profile["calibration"] = calibration_doc(limits)
+    model = profile["model"]
+    tops = {"decode_requests": 3, "context_tokens": 3000, "prefill_tokens": 16}
+    if model["kind"] == "grid":
+        for name, top in tops.items():
+            model["axes"][name] = [0, max(1, top // 3), top]
+        sizes = [3, 3, 3]
+        model["duration_us"] = [
+            [[draw(st.integers(50, 400)) for _ in range(sizes[2])] for _ in range(sizes[1])]
+            for _ in range(sizes[0])
+        ]
+    else:
+        model["prefill_knots"] = [{"tokens": 0, "ns": 0}, {"tokens": 16, "ns": 90_000}]
+    model["coverage"] = {name: {"min": 0, "max": top} for name, top in tops.items()}
+    return scenario, workload, profile
+
+
+@settings(max_examples=40)
+@given(long_measured_runs())
+def test_long_measured_runs_equal_plain_loop(documents: Documents) -> None:
+    assert reference_report(documents) == plain_report(documents)

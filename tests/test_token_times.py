@@ -42,3 +42,17 @@ def test_a_run_is_one_segment() -> None:
     times.append(10_110)
     assert len(times._segments) == 1
     assert len(times) == 1002
+
+
+def test_progressions_cut_shared_end_times_into_segments_that_extend_like_appends() -> None:
+    ends = [10, 20, 30, 41, 52, 63, 70, 80]
+    assert TokenTimes.progressions(ends) == [(10, 10, 3), (41, 11, 3), (70, 10, 2)]
+    by_segments, by_appends = TokenTimes(), TokenTimes()
+    for times in (by_segments, by_appends):
+        times.append(5)
+    by_segments.extend_progressions(TokenTimes.progressions(ends))
+    for end in ends:
+        by_appends.append(end)
+    assert by_segments.to_list() == by_appends.to_list() == [5, *ends]
+    assert len(by_segments) == len(by_appends) == 9
+    assert by_segments.gap_counts() == by_appends.gap_counts()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 RoutingPolicyName = Literal["round_robin", "random"]
@@ -112,6 +112,14 @@ class Coverage:
             name for name in SHAPE_DIMENSIONS if getattr(shape, name) not in getattr(self, name)
         ]
 
+    def covers(self, shape: StepShape) -> bool:
+        """Whether ``shape`` is inside on every dimension (the hot path of ``outside``)."""
+        return (
+            self.decode_requests.min <= shape.decode_requests <= self.decode_requests.max
+            and self.context_tokens.min <= shape.context_tokens <= self.context_tokens.max
+            and self.prefill_tokens.min <= shape.prefill_tokens <= self.prefill_tokens.max
+        )
+
 
 def round_half_away(distance: int, numerator: int, denominator: int) -> int:
     """R41 step 2: ``distance * numerator / denominator`` rounded to the nearest integer, halves
@@ -183,7 +191,7 @@ class GridTiming:
 
     def covers(self, shape: StepShape) -> bool:
         """R43: inside the coverage on every dimension."""
-        return not self.coverage.outside(shape)
+        return self.coverage.covers(shape)
 
     def step_duration_us(self, shape: StepShape) -> int:
         """R41: along prefill, then context, then decode; each result an integer."""
@@ -218,17 +226,21 @@ class RegressionTiming:
     decode_request_ns: int
     context_token_ps: int
     coverage: Coverage
+    _knot_axis: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     uses_context = True
 
     def covers(self, shape: StepShape) -> bool:
         """R43: inside the coverage on every dimension."""
-        return not self.coverage.outside(shape)
+        return self.coverage.covers(shape)
+
+    def __post_init__(self) -> None:
+        # the knots' tokens as an axis, once, for R41's bracket in every step's prefill_ns
+        object.__setattr__(self, "_knot_axis", tuple(knot.tokens for knot in self.prefill_knots))
 
     def prefill_ns(self, tokens: int) -> int:
         """R42: the knots' curve at ``tokens`` (a covered value)."""
-        axis = tuple(knot.tokens for knot in self.prefill_knots)
-        low, high, num, den = bracket(axis, tokens)
+        low, high, num, den = bracket(self._knot_axis, tokens)
         return interpolate(self.prefill_knots[low].ns, self.prefill_knots[high].ns, num, den)
 
     def step_duration_us(self, shape: StepShape) -> int:

@@ -195,8 +195,7 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
     decoding = len(step.decode)
     batched = decoding + prefill_tokens
     context = step.context_tokens
-    for start in range(step.start_us, step.end_us, step.duration_us):
-        end = start + step.duration_us
+    for start, end in step.step_bounds():
         entry = _TRACE_ENTRY % (
             batched,
             decode_requests,

@@ -16,7 +16,14 @@ from servesim.admission import rejection_reason
 from servesim.errors import OutOfCoverage, UnrepresentableTime
 from servesim.model import Scenario, SyntheticLinearTiming, TimingProfile, Workload
 from servesim.routing import make_router
-from servesim.worker import RequestState, Step, Worker, context_tokens, decode_run_length
+from servesim.worker import (
+    RequestState,
+    Step,
+    Worker,
+    context_tokens,
+    decode_run_length,
+    measured_decode_run,
+)
 
 #: R6: the largest time, in microseconds, that a report can hold exactly (2**53 - 1).
 MAX_TIME_US = (1 << 53) - 1
@@ -150,7 +157,9 @@ def simulate(
                 raise UnrepresentableTime(
                     worker=worker.index, start_us=now_us, duration_us=step.duration_us
                 )
-            if not timing.model.uses_context:
+            if timing.model.uses_context:
+                measured_decode_run(step, timing.model, MAX_TIME_US)
+            else:
                 step.repeat = decode_run_length(step, MAX_TIME_US)
             worker.in_flight = step
             if steps is not None:

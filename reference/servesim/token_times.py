@@ -41,6 +41,34 @@ class TokenTimes:
                 return
         self._segments.append((first_us, step_us, count))
 
+    @staticmethod
+    def progressions(times: list[int]) -> list[tuple[int, int, int]]:
+        """Strictly increasing ``times`` as segments ``(first, step, count)``, longest first.
+
+        A measured run's end times (``servesim.worker.measured_decode_run``) are shared by all
+        its decoding requests: cut into segments once, then each request extends by them.
+        """
+        segments: list[tuple[int, int, int]] = []
+        first, step, count = times[0], 1, 1
+        for time in times[1:]:
+            gap = time - (first + (count - 1) * step)
+            if count == 1 or gap == step:
+                step, count = gap, count + 1
+            else:
+                segments.append((first, step, count))
+                first, step, count = time, 1, 1
+        segments.append((first, step, count))
+        return segments
+
+    def extend_progressions(self, segments: list[tuple[int, int, int]]) -> None:
+        """Tokens at the times of ``segments`` (from ``progressions``), all later than the last
+        token so far: the first segment may continue the last one, the rest are appended."""
+        first, step, count = segments[0]
+        self.extend_progression(first, step, count)
+        if len(segments) > 1:
+            self._segments.extend(segments[1:])
+            self._count += sum(each[2] for each in segments[1:])
+
     @property
     def first(self) -> int:
         """The first token's time (there must be one)."""

@@ -6,10 +6,12 @@ SPEC.md section 5. A worker is data: the event loop in ``servesim.simulation`` c
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from servesim.model import Request, SchedulerLimits, StepShape
+from servesim.model import Request, SchedulerLimits, StepShape, TimingModel
 from servesim.token_times import TokenTimes
 
 
@@ -37,10 +39,12 @@ class RequestState:
 
 @dataclass(slots=True, eq=False)
 class Step:
-    """One step of one worker, or a run of identical decode-only steps (R16 to R20).
+    """One step of one worker, or a run of decode-only steps of the same requests (R16 to R20).
 
-    ``repeat`` is how many identical steps of ``duration_us`` the object stands for, back to
-    back from ``start_us`` (see ``decode_run_length``). It is 1 for every step with prefill.
+    ``repeat`` is how many steps the object stands for, back to back from ``start_us`` (see
+    ``decode_run_length`` and ``measured_decode_run``); it is 1 for every step with prefill. With
+    a synthetic model they all last ``duration_us``; with a measured model each may differ (its
+    context grows, R22), and ``ends`` holds every step's end time.
     """
 
     worker: int
@@ -51,11 +55,26 @@ class Step:
     repeat: int = 1
     context_tokens: int = 0
     """R22's C at the first step's start, fixed when the step is formed (``context_tokens``)."""
+    ends: list[int] | None = None
+    """The end time of each step of a run whose steps differ (the first ``repeat`` count)."""
 
     @property
     def end_us(self) -> int:
         """When the last of the ``repeat`` steps ends."""
+        if self.ends is not None:
+            return self.ends[self.repeat - 1]
         return self.start_us + self.repeat * self.duration_us
+
+    def step_bounds(self) -> Iterator[tuple[int, int]]:
+        """``(start_us, end_us)`` of each step of the run, in order."""
+        if self.ends is None:
+            for start in range(self.start_us, self.end_us, self.duration_us):
+                yield start, start + self.duration_us
+            return
+        start = self.start_us
+        for end in self.ends[: self.repeat]:
+            yield start, end
+            start = end
 
     @property
     def prefill_tokens(self) -> int:
@@ -74,7 +93,10 @@ class Step:
         may differ (the request may be admitted), so they are formed one by one again. Returns
         whether the run was shortened.
         """
-        completed_by_now = -(-(now_us - self.start_us) // self.duration_us)
+        if self.ends is not None:  # the steps that end before now, and the one ending at or after
+            completed_by_now = bisect.bisect_left(self.ends, now_us, 0, self.repeat) + 1
+        else:
+            completed_by_now = -(-(now_us - self.start_us) // self.duration_us)
         if completed_by_now >= self.repeat:
             return False
         self.repeat = completed_by_now
@@ -102,6 +124,42 @@ def decode_run_length(step: Step, max_end_us: int) -> int:
     )
     representable = (max_end_us - step.start_us) // step.duration_us  # R6: stop at the limit
     return max(1, min(first_finish, representable))
+
+
+#: The most steps one measured run computes ahead: an arrival may cut it short (then the rest
+#: was computed for nothing), and the next run picks up where it ended.
+MEASURED_RUN_LIMIT = 256
+
+
+def measured_decode_run(step: Step, model: TimingModel, max_end_us: int) -> None:
+    """``decode_run_length`` for a measured model: the run's steps differ in duration.
+
+    Each decode-only step of the run has the same requests, and C larger by D than the step
+    before (each decoding request gained one token, R22), so its duration is computed here. The
+    run stops before a step the model does not cover (R43) or one ending after ``max_end_us``
+    (R6): that step is formed again at its own time, in event order, and stops the replay then.
+    """
+    if step.prefill or not step.decode:
+        return
+    first_finish = min(
+        state.request.max_output_tokens - len(state.token_times_us) for state in step.decode
+    )
+    decoding = len(step.decode)
+    context = step.context_tokens
+    end = step.start_us + step.duration_us
+    ends = [end]
+    for _ in range(min(first_finish, MEASURED_RUN_LIMIT) - 1):
+        context += decoding
+        shape = StepShape(decoding, context, 0)
+        if not model.covers(shape):
+            break
+        end += model.step_duration_us(shape)
+        if end > max_end_us:
+            break
+        ends.append(end)
+    if len(ends) > 1:
+        step.ends = ends
+        step.repeat = len(ends)
 
 
 def prefill_allotment(remaining: int, budget: int, limits: SchedulerLimits) -> int:
@@ -208,6 +266,10 @@ class Worker:
         if step.repeat == 1:
             for state in step.decode:
                 state.token_times_us.append(end)
+        elif step.ends is not None:
+            progressions = TokenTimes.progressions(step.ends[: step.repeat])
+            for state in step.decode:
+                state.token_times_us.extend_progressions(progressions)
         else:
             first = step.start_us + step.duration_us
             for state in step.decode:
@@ -232,7 +294,7 @@ class Worker:
             for state in finished:
                 state.terminal_us = end
         self.steps += step.repeat
-        self.busy_us += step.repeat * step.duration_us
+        self.busy_us += step.end_us - step.start_us
         self.prefill_tokens += step.prefill_tokens
         self.decode_tokens += step.repeat * len(step.decode)
         self.output_tokens += step.repeat * len(step.decode) + first_tokens
