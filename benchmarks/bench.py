@@ -43,6 +43,69 @@ TIMING = {
 }
 
 
+#: The engine the measured profiles below claim; the scenario's limits, so every step is covered.
+_LIMITS = {"max_num_seqs": 64, "max_batched_tokens": 8192, "max_model_len": 131072}
+_CALIBRATION = {
+    "engine": "bench",
+    "engine_version": "0",
+    "model": "synthetic",
+    "model_revision": "0",
+    "gpu": "none",
+    "server_config_sha256": "0" * 64,
+    "source_sha256": "0" * 64,
+    "limits": _LIMITS,
+}
+_COVERAGE = {
+    "decode_requests": {"min": 0, "max": 64},
+    "context_tokens": {"min": 0, "max": 64 * 131072},
+    "prefill_tokens": {"min": 0, "max": 8192},
+}
+
+#: A measured-style regression (R42): the engine above, plus 20 ps per context token.
+REGRESSION = {
+    "document": "timing_profile",
+    "schema_version": "1.1",
+    "calibration": _CALIBRATION,
+    "model": {
+        "kind": "regression",
+        "intercept_ns": 3_000_000,
+        "prefill_knots": [
+            {"tokens": 0, "ns": 0},
+            {"tokens": 2048, "ns": 40_000_000},
+            {"tokens": 8192, "ns": 180_000_000},
+        ],
+        "decode_request_ns": 100_000,
+        "context_token_ps": 20_000,
+        "coverage": _COVERAGE,
+    },
+}
+
+
+def _grid_profile() -> dict[str, Any]:
+    """A grid (R41) sampled from ``REGRESSION`` on a few points per axis."""
+    axes = {
+        "decode_requests": [0, 1, 8, 32, 64],
+        "context_tokens": [0, 4096, 65536, 1048576, 64 * 131072],
+        "prefill_tokens": [0, 512, 2048, 8192],
+    }
+
+    def duration(decode: int, context: int, prefill: int) -> int:
+        prefill_ns = prefill * 19_531 if prefill <= 2048 else 40_000_000 + (prefill - 2048) * 22_786
+        total_ps = 1000 * (3_000_000 + prefill_ns + decode * 100_000) + context * 20_000
+        return -(-total_ps // 1_000_000)
+
+    durations = [
+        [[duration(d, c, p) for p in axes["prefill_tokens"]] for c in axes["context_tokens"]]
+        for d in axes["decode_requests"]
+    ]
+    coverage = {name: {"min": points[0], "max": points[-1]} for name, points in axes.items()}
+    model = {"kind": "grid", "axes": axes, "duration_us": durations, "coverage": coverage}
+    return {**REGRESSION, "model": model}
+
+
+GRID = _grid_profile()
+
+
 def scenario(workers: int) -> dict[str, Any]:
     return {
         "document": "scenario",
@@ -152,15 +215,17 @@ def run(
     *,
     trace: bool,
     implementation: str = "reference",
+    timing: dict[str, Any] = TIMING,
 ) -> dict[str, Any]:
+    kind = timing["model"]["kind"]
     paths = {
         "scenario": folder / f"s{workers}.json",
-        "timing": folder / "t.json",
+        "timing": folder / f"t-{kind}.json",
         "workload": folder / f"{name}.json",
-        "output": folder / f"r-{name}-{implementation}.json",
+        "output": folder / f"r-{name}-{implementation}-{kind}.json",
     }
     paths["scenario"].write_text(json.dumps(scenario(workers)))
-    paths["timing"].write_text(json.dumps(TIMING))
+    paths["timing"].write_text(json.dumps(timing))
     if not paths["workload"].exists():
         paths["workload"].write_text(json.dumps(workload))
     command = [
@@ -236,6 +301,24 @@ def main() -> int:
         print(line("plain loop, mooncake, 16 workers", plain))
         speedup = plain["wall_s"] / ours["wall_s"]
         print(f"speed-up: {speedup:.1f}x (target >= 5x); reports byte-identical: {identical}")
+        print("\n== measured timing profiles (R41, R42), mooncake, 16 workers ==")
+        measured = {}
+        for timing in (REGRESSION, GRID):
+            kind = timing["model"]["kind"]
+            measured[kind] = run(folder, name, workload, 16, trace=False, timing=timing)
+            print(line(f"reference, {kind}", measured[kind]), flush=True)
+            print(
+                f"{kind} / synthetic_linear time: {measured[kind]['wall_s'] / ours['wall_s']:.1f}x"
+            )
+        plain_measured = run(
+            folder, name, workload, 16, trace=False, implementation="plain", timing=REGRESSION
+        )
+        print(line("plain loop, regression", plain_measured))
+        same = (
+            measured["regression"]["report"].read_bytes() == plain_measured["report"].read_bytes()
+        )
+        speedup = plain_measured["wall_s"] / measured["regression"]["wall_s"]
+        print(f"regression speed-up: {speedup:.1f}x; reports byte-identical: {same}")
         print("\n== workers: 1,024 versus 16 (same trace) ==")
         wide = run(folder, name, workload, 1024, trace=False)
         print(f"1024 / 16 workers time: {wide['wall_s'] / ours['wall_s']:.2f}x (target < 2x)")
