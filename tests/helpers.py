@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from servesim_conformance.documents import timing_doc
@@ -16,6 +18,8 @@ EXAMPLES = REPO / "examples"
 __all__ = [
     "EXAMPLES",
     "REPO",
+    "load_module",
+    "replay_args",
     "run_servesim",
     "scenario_doc",
     "timing_doc",
@@ -79,6 +83,32 @@ def write_inputs(
     for role, document in zip(paths, (scenario, workload, timing), strict=True):
         paths[role].write_text(json.dumps(document), encoding="utf-8")
     return paths
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """A Python file that is not in a package (an example, the plain loop), as a module."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def replay_args(paths: dict[str, Path], output: Path, *options: str) -> list[str | Path]:
+    """``servesim replay``'s arguments for inputs written by ``write_inputs``."""
+    return [
+        "replay",
+        "--scenario",
+        paths["scenario"],
+        "--workload",
+        paths["workload"],
+        "--timing-profile",
+        paths["timing_profile"],
+        "--output",
+        output,
+        *options,
+    ]
 
 
 def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:

@@ -8,11 +8,9 @@ truth; bad measurement lines must exit 2 naming the file and line, writing nothi
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -32,7 +30,7 @@ from servesim.calibrate import (
 from servesim.documents import build_timing_profile, load_document, read_document
 from servesim.model import RegressionTiming, StepShape, TimingModel
 from servesim.replay import replay
-from tests.helpers import EXAMPLES, run_servesim
+from tests.helpers import EXAMPLES, load_module, run_servesim
 
 BASIC = EXAMPLES / "basic"
 IDENTITY = BASIC / "calibration-identity.json"
@@ -42,18 +40,7 @@ MEASURED = BASIC / "measured-steps.jsonl"
 SEED_0_DRAWS = (0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F)
 
 
-def _example_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_measured_steps", BASIC / "make_measured_steps.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-steps = _example_module()
+steps = load_module("make_measured_steps", BASIC / "make_measured_steps.py")
 
 
 def truth() -> RegressionTiming:

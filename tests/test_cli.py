@@ -17,23 +17,16 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_servesim, scenario_doc, timing_doc, workload_doc, write_inputs
+from tests.helpers import (
+    replay_args,
+    run_servesim,
+    scenario_doc,
+    timing_doc,
+    workload_doc,
+    write_inputs,
+)
 
 Mutation = Callable[[dict[str, Any]], Any]
-
-
-def replay_args(paths: dict[str, Path], output: Path) -> list[str | Path]:
-    return [
-        "replay",
-        "--scenario",
-        paths["scenario"],
-        "--workload",
-        paths["workload"],
-        "--timing-profile",
-        paths["timing_profile"],
-        "--output",
-        output,
-    ]
 
 
 def valid_documents() -> dict[str, dict[str, Any]]:

@@ -8,11 +8,9 @@ reference's optimisations (R21: same inputs, same bytes).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,21 +32,12 @@ from servesim_conformance.strategies import (
     timing_profiles,
     workloads,
 )
-from tests.helpers import REPO
+from tests.helpers import REPO, load_module
 
 PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"
 
 
-def _load_plain_loop() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("servesim_independent", PLAIN_LOOP)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PLAIN = _load_plain_loop()
+PLAIN = load_module("servesim_independent", PLAIN_LOOP)
 
 
 def plain_outcome(documents: Documents, *, trace: bool = True) -> tuple[int, bytes | None]:

@@ -7,7 +7,6 @@ against a second, deliberately naive reading of R41 in exact rational arithmetic
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -20,7 +19,16 @@ from hypothesis import strategies as st
 from servesim.documents import build_timing_profile, load_document
 from servesim.errors import InvalidInput
 from servesim.model import Coverage, GridTiming, Interval, StepShape, interpolate
-from tests.helpers import EXAMPLES, REPO, run_servesim, scenario_doc, workload_doc, write_inputs
+from servesim_conformance.corpus import INPUT_FILES
+from tests.helpers import (
+    EXAMPLES,
+    REPO,
+    replay_args,
+    run_servesim,
+    scenario_doc,
+    workload_doc,
+    write_inputs,
+)
 
 GRID_PROFILE = json.loads((EXAMPLES / "basic" / "grid-profile.json").read_text())
 REGRESSION_PROFILE = json.loads((EXAMPLES / "basic" / "regression-profile.json").read_text())
@@ -54,15 +62,7 @@ def test_r22_context_is_prompt_plus_tokens_produced_before_the_step(tmp_path: Pa
         workload_doc(("A", 0, 3, 3), ("B", 0, 5, 2)),
         {**REGRESSION_PROFILE, "document": "timing_profile"},
     )
-    result = run_servesim(
-        "replay",
-        *itertools.chain.from_iterable(
-            (f"--{role.replace('_', '-')}", path) for role, path in paths.items()
-        ),
-        "--output",
-        tmp_path / "report.json",
-        "--trace",
-    )
+    result = run_servesim(*replay_args(paths, tmp_path / "report.json", "--trace"))
     assert result.returncode == 0, result.stderr
     trace = json.loads((tmp_path / "report.json").read_text())["trace"]
     shapes = [
@@ -263,17 +263,7 @@ def test_r43_uncovered_step_exits_3_without_a_report_and_names_the_shape(
         tmp_path, scenario_doc(max_num_seqs=8), workload_doc(*requests), GRID_PROFILE
     )
     output = tmp_path / "report.json"
-    result = run_servesim(
-        "replay",
-        "--scenario",
-        paths["scenario"],
-        "--workload",
-        paths["workload"],
-        "--timing-profile",
-        paths["timing_profile"],
-        "--output",
-        output,
-    )
+    result = run_servesim(*replay_args(paths, output))
     assert result.returncode == 3
     assert not output.exists()
     assert "decode_requests 5 is not in 0..4" in result.stderr
@@ -316,17 +306,7 @@ def test_r25_report_echoes_the_calibration_and_null_without_one(tmp_path: Path) 
         folder = tmp_path / name
         folder.mkdir()
         paths = write_inputs(folder, scenario_doc(), workload, profile)
-        result = run_servesim(
-            "replay",
-            "--scenario",
-            paths["scenario"],
-            "--workload",
-            paths["workload"],
-            "--timing-profile",
-            paths["timing_profile"],
-            "--output",
-            folder / "report.json",
-        )
+        result = run_servesim(*replay_args(paths, folder / "report.json"))
         assert result.returncode == 0, result.stderr
         report = json.loads((folder / "report.json").read_text())
         echoed.append(report["inputs"]["timing_profile"]["calibration"])
@@ -339,17 +319,8 @@ def test_r7_r43_the_first_step_in_event_order_decides_the_exit_code(tmp_path: Pa
     # uncovered step (exit 3), although worker 0 has the lower index.
     case = REPO / "golden" / "invalid" / "step-past-time-limit-before-uncovered-step"
     output = tmp_path / "report.json"
-    result = run_servesim(
-        "replay",
-        "--scenario",
-        case / "scenario.json",
-        "--workload",
-        case / "workload.json",
-        "--timing-profile",
-        case / "timing-profile.json",
-        "--output",
-        output,
-    )
+    paths = {role: case / name for role, name in INPUT_FILES.items()}
+    result = run_servesim(*replay_args(paths, output))
     assert result.returncode == 2
     assert "a step of worker 1 starting at 9007199254740491 us" in result.stderr
     assert not output.exists()

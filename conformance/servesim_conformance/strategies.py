@@ -141,6 +141,11 @@ def axis_points(draw: st.DrawFn, top: int) -> list[int]:
 def grid_models(draw: st.DrawFn) -> dict[str, Any]:
     """A ``grid`` model (R41) over the reachable shapes, with durations that rise and fall."""
     axes = {name: draw(axis_points(top)) for name, top in REACHABLE.items()}
+    return draw(grid_on(axes))
+
+
+def grid_on(axes: dict[str, list[int]]) -> st.SearchStrategy[dict[str, Any]]:
+    """A ``grid`` model on ``axes`` with any durations; its coverage is the axes' range (R40)."""
     sizes = [len(points) for points in axes.values()]
     duration = st.integers(1, 5_000)
     plane = st.lists(
@@ -148,12 +153,16 @@ def grid_models(draw: st.DrawFn) -> dict[str, Any]:
         min_size=sizes[1],
         max_size=sizes[1],
     )
-    return {
-        "kind": "grid",
-        "axes": axes,
-        "duration_us": draw(st.lists(plane, min_size=sizes[0], max_size=sizes[0])),
-        "coverage": {name: {"min": 0, "max": top} for name, top in REACHABLE.items()},
-    }
+    return st.lists(plane, min_size=sizes[0], max_size=sizes[0]).map(
+        lambda durations: {
+            "kind": "grid",
+            "axes": axes,
+            "duration_us": durations,
+            "coverage": {
+                name: {"min": points[0], "max": points[-1]} for name, points in axes.items()
+            },
+        }
+    )
 
 
 @st.composite
@@ -208,19 +217,7 @@ def narrow_grid_models(draw: st.DrawFn) -> dict[str, Any]:
         high = draw(st.integers(low, top))
         inner = draw(st.lists(st.integers(low, high), max_size=2, unique=True))
         axes[name] = sorted({low, high, *inner})
-    sizes = [len(points) for points in axes.values()]
-    duration = st.integers(1, 5_000)
-    plane = st.lists(
-        st.lists(duration, min_size=sizes[2], max_size=sizes[2]),
-        min_size=sizes[1],
-        max_size=sizes[1],
-    )
-    return {
-        "kind": "grid",
-        "axes": axes,
-        "duration_us": draw(st.lists(plane, min_size=sizes[0], max_size=sizes[0])),
-        "coverage": {name: {"min": points[0], "max": points[-1]} for name, points in axes.items()},
-    }
+    return draw(grid_on(axes))
 
 
 def narrow_measured_input_triples() -> st.SearchStrategy[
