@@ -313,14 +313,27 @@ def test_r25_report_echoes_the_calibration_and_null_without_one(tmp_path: Path) 
     assert echoed == [GRID_PROFILE["calibration"], None]
 
 
-def test_r7_r43_the_first_step_in_event_order_decides_the_exit_code(tmp_path: Path) -> None:
-    # golden/invalid/step-past-time-limit-before-uncovered-step/DERIVATION.md: worker 1's
-    # scheduling event was created first, so its R6 problem (exit 2) wins over worker 0's
-    # uncovered step (exit 3), although worker 0 has the lower index.
-    case = REPO / "golden" / "invalid" / "step-past-time-limit-before-uncovered-step"
+@pytest.mark.parametrize(
+    ("case", "code", "message"),
+    [
+        ("valid/out-of-coverage-lower-worker-index-first", 3, "worker 0, step starting at"),
+        (
+            "invalid/time-limit-after-decode-run-lower-worker-first",
+            2,
+            "a step of worker 0 starting at 9007199254740986 us",
+        ),
+    ],
+)
+def test_r7_r43_steps_of_one_instant_are_formed_in_worker_order(
+    tmp_path: Path, case: str, code: int, message: str
+) -> None:
+    # The two cases' DERIVATION.md: at one instant two workers cannot form their steps; the
+    # lower index goes first and decides the exit code, however the instant was reached (in
+    # the second case worker 1 gets there through a run of decode steps begun earlier).
+    folder = REPO / "golden" / case
+    paths = {role: folder / name for role, name in INPUT_FILES.items()}
     output = tmp_path / "report.json"
-    paths = {role: case / name for role, name in INPUT_FILES.items()}
     result = run_servesim(*replay_args(paths, output))
-    assert result.returncode == 2
-    assert "a step of worker 1 starting at 9007199254740491 us" in result.stderr
+    assert result.returncode == code
+    assert message in result.stderr
     assert not output.exists()

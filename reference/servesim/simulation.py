@@ -1,7 +1,8 @@
 """The event loop: one logical clock drives the whole fleet (SPEC.md section 2).
 
-Events are ordered by one key, ``(time_us, priority, sequence)`` (R7): step completions before
-arrivals before scheduling at the same microsecond, then the order in which events were created.
+Events are ordered by one key, ``(time_us, priority, order)`` (R7): step completions before
+arrivals before scheduling at the same microsecond; then completions and arrivals in the order
+they were created, and scheduling events by worker index.
 """
 
 from __future__ import annotations
@@ -94,11 +95,14 @@ def simulate(
     arrivals = iter(arrival_order(workload))
     steps: list[Step] | None = [] if record_trace else None
 
-    queue: list[tuple[int, int, int, int]] = []  # (time_us, priority, sequence, subject)
+    queue: list[tuple[int, int, int, int]] = []  # (time_us, priority, order, subject)
     sequence = itertools.count()
 
     def push(time_us: int, priority: int, subject: int) -> int:
-        number = next(sequence)
+        # R7: completions and arrivals in the order they were created; scheduling events by
+        # worker index, so that a run of steps (one completion event for many steps) orders a
+        # worker's next step exactly as step-by-step formation would
+        number = subject if priority == SCHEDULING else next(sequence)
         heapq.heappush(queue, (time_us, priority, number, subject))
         return number
 

@@ -245,7 +245,9 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
     seq = [0]
 
     def push(t, prio, payload):
-        heapq.heappush(heap, (t, prio, seq[0], payload))
+        # R7: scheduling events at one instant go by worker index; the rest by creation order
+        order = payload.i if prio == 2 else seq[0]
+        heapq.heappush(heap, (t, prio, order, payload))
         seq[0] += 1
 
     for r in sorted(reqs, key=lambda r: r.arrival):  # stable (R8)
