@@ -138,6 +138,12 @@ def test_unknown_protocol_is_refused() -> None:
         fake("bad-protocol").describe()
 
 
+def test_measured_timing_over_protocol_1_is_refused() -> None:
+    # R38: it could never be asked to exit 3 (R43), so it would pass without checking coverage
+    with pytest.raises(HarnessError, match="need protocol 2"):
+        fake("protocol-1-measured").describe()
+
+
 def test_undeclared_feature_skips_the_case() -> None:
     assert outcome("no-chunking", CHUNKED) is Outcome.SKIP
 
@@ -197,8 +203,10 @@ def test_a_protocol_1_implementation_is_accepted_and_runs_the_1_0_cases() -> Non
 def test_out_of_coverage_case_is_skipped_for_protocol_1(tmp_path: Path) -> None:
     implementation = fake("protocol-1")
     result = run_case(out_of_coverage_case(tmp_path), implementation, implementation.describe())
+    # protocol 1 may not declare measured timing (R38), so the case is skipped by its features
+    # already; its protocol would skip it too
     assert result.outcome is Outcome.SKIP
-    assert result.message == "needs protocol 2 (exit code 3)"
+    assert "timing.grid" in result.message
 
 
 @pytest.mark.parametrize(

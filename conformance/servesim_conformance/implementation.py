@@ -194,6 +194,9 @@ class Implementation:
                 f"harness speaks {', '.join(map(str, SUPPORTED_PROTOCOLS))}"
             )
         problems = version_problems(raw["schema_versions"])
+        problems += protocol_problems(
+            raw["protocol_version"], raw["schema_versions"], raw["features"]
+        )
         if problems:
             raise HarnessError(
                 "--describe declares unusable schema versions: " + "; ".join(problems)
@@ -206,6 +209,31 @@ class Implementation:
             features=frozenset(raw["features"]),
             raw=raw,
         )
+
+
+#: Features whose cases may stop with exit code 3 (R43), which protocol 1 does not have.
+MEASURED_FEATURES = ("timing.grid", "timing.regression")
+
+
+def protocol_problems(
+    protocol: int, schema_versions: dict[str, list[str]], features: list[str]
+) -> list[str]:
+    """R38: timing with measured profiles needs protocol 2, which has exit code 3 (R43).
+
+    Otherwise a protocol-1 implementation that never stops outside the coverage would pass: its
+    out-of-coverage cases are skipped, and the other cases never leave the coverage.
+    """
+    if protocol >= 2:
+        return []
+    measured = [feature for feature in MEASURED_FEATURES if feature in features]
+    if "1.1" in schema_versions["timing_profile"]:
+        measured.append("timing profile 1.1")
+    if not measured:
+        return []
+    return [
+        f"it declares {', '.join(measured)} but speaks protocol 1; measured timing profiles "
+        "need protocol 2, whose exit code 3 stops a replay outside the coverage (R43)"
+    ]
 
 
 def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:

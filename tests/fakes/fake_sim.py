@@ -64,11 +64,14 @@ def describe(mode: str) -> dict[str, Any]:
         described["schema_versions"]["workload"] = ["2.0"]
     if mode == "protocol-1" or mode in REPORT_1_0_WRITERS:
         described["protocol_version"] = 1
-    if mode in REPORT_1_0_WRITERS:  # a report 1.0 cannot echo a calibration: no profile 1.1
+    if mode == "protocol-1" or mode in REPORT_1_0_WRITERS:  # no exit 3: no measured profiles
         described["schema_versions"]["timing_profile"] = ["1.0"]
-        described["schema_versions"]["report"] = ["1.0"]
         measured = {"timing.grid", "timing.regression"}
         described["features"] = [f for f in described["features"] if f not in measured]
+    if mode in REPORT_1_0_WRITERS:
+        described["schema_versions"]["report"] = ["1.0"]
+    if mode == "protocol-1-measured":  # the combination R38 forbids
+        described["protocol_version"] = 1
     return described
 
 
