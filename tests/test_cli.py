@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import (
+    EXAMPLES,
     replay_args,
     run_servesim,
     scenario_doc,
@@ -427,3 +428,31 @@ def test_progress_only_on_a_terminal(tmp_path: Path) -> None:
     quiet = run_servesim(*replay_args(paths, tmp_path / "again.json"))
     assert quiet.returncode == 0
     assert quiet.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "pointer"),
+    [
+        ('"engine": "\\ud800"', "/calibration/engine"),
+        ('"model": "x\\udc00y"', "/calibration/model"),
+    ],
+)
+def test_r1_unpaired_surrogate_escape_is_invalid_where_it_is(
+    tmp_path: Path, text: str, pointer: str
+) -> None:
+    # A calibration string is echoed into the report (R25), which RFC 8785 cannot write with half
+    # a surrogate pair: R1 rejects it on input, with its pointer, instead of failing at the end.
+    profile = (EXAMPLES / "basic" / "grid-profile.json").read_text(encoding="utf-8")
+    key = text.split(":")[0]
+    start = profile.index(key)
+    end = profile.index(",", start)
+    path = tmp_path / "profile.json"
+    path.write_text(profile[:start] + text + profile[end:], encoding="utf-8")
+    result = run_servesim("validate", path)
+    assert result.returncode == 2
+    assert f"at {pointer}: a string with an unpaired surrogate escape" in result.stderr
+    paired = tmp_path / "paired.json"
+    paired.write_text(
+        profile[:start] + key + ': "\\ud83d\\ude00"' + profile[end:], encoding="utf-8"
+    )
+    assert run_servesim("validate", paired).returncode == 0

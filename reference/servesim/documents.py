@@ -124,7 +124,7 @@ def parse_json(data: bytes, file: str) -> Any:
             [InputProblem(file, "", f"not UTF-8 text (bad byte at offset {error.start})")]
         ) from None
     try:
-        return json.loads(
+        value = json.loads(
             text,
             object_pairs_hook=_reject_duplicate_keys,
             parse_constant=_reject_constant,
@@ -141,6 +141,38 @@ def parse_json(data: bytes, file: str) -> Any:
         raise InvalidInput([InputProblem(file, "", message)]) from None
     except ValueError as error:  # duplicate keys, NaN, Infinity
         raise InvalidInput([InputProblem(file, "", f"not valid JSON: {error}")]) from None
+    if _SURROGATE_ESCAPE.search(text):  # rare: look for the string that holds it
+        _raise_if_any(list(_lone_surrogates(value, [], file)))
+    return value
+
+
+#: A \uD800 to \uDFFF escape: half of a UTF-16 surrogate pair, alone unless its partner follows.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+_UNPAIRED = "with an unpaired surrogate escape (\\ud800 to \\udfff): not a Unicode string"
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _lone_surrogates(value: Any, path: list[str | int], file: str) -> Iterator[InputProblem]:
+    """R1: strings holding half a surrogate pair, which no UTF-8 text (nor a report) can hold."""
+    if isinstance(value, str) and not _is_unicode(value):
+        yield InputProblem(file, pointer(path), f"a string {_UNPAIRED}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not _is_unicode(key):
+                yield InputProblem(file, pointer(path), f"a member name {_UNPAIRED}")
+            yield from _lone_surrogates(item, [*path, key], file)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _lone_surrogates(item, [*path, index], file)
 
 
 # --- R2: which document, which version ---------------------------------------------------
