@@ -393,3 +393,24 @@ def test_r44_summary_is_an_aligned_table(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_example_measurements_are_what_the_script_makes() -> None:
     assert MEASURED.read_bytes() == steps.jsonl(steps.measurements(truth()))
+
+
+def test_r44_one_output_that_cannot_be_written_leaves_none_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    regression = tmp_path / "regression.json"
+    code = main(
+        [
+            "calibrate",
+            str(BASIC / "measured-steps.jsonl"),
+            "--identity",
+            str(IDENTITY),
+            "--regression-output",
+            str(regression),
+            "--grid-output",
+            str(tmp_path / "missing" / "grid.json"),
+        ]
+    )
+    assert code == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # not the regression, not a temporary file

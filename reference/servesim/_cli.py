@@ -15,7 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from servesim import __version__
-from servesim.canonical import write_atomically
+from servesim.canonical import write_all_atomically, write_atomically
 from servesim.describe import description
 from servesim.documents import load_document, read_document
 from servesim.errors import InvalidInput, OutOfCoverage, ServesimError
@@ -417,12 +417,15 @@ def _calibrate(arguments: argparse.Namespace) -> int:
         return _report_invalid(error)
     contents = {"regression": result.regression, "grid": result.grid}
     contents["summary"] = result.summary_json()
-    for path, kind in outputs:
-        try:
-            write_atomically(path, contents[kind])
-        except OSError as error:
-            print(f"servesim: cannot write {path}: {error.strerror}", file=sys.stderr)
-            return EXIT_INVALID_INPUT
+    try:  # R44: every output, or none of them
+        write_all_atomically([(path, contents[kind]) for path, kind in outputs])
+    except OSError as error:
+        print(
+            f"servesim: cannot write {error.filename or 'an output'}: {error.strerror}; "
+            "nothing written",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_INPUT
     print(result.summary_text(arguments.measurements), end="")
     return EXIT_OK
 

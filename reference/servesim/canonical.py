@@ -7,7 +7,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -111,11 +111,41 @@ def write_atomically(path: str | Path, data: bytes | Iterable[bytes]) -> None:
     is not a regular file (``/dev/stdout``, a pipe) is written directly, since it cannot be
     replaced. The new file gets the mode of the one it replaces, else the umask's default.
     """
-    if os.path.exists(path) and not os.path.isfile(path):  # follows links, as open() would
-        with open(path, "wb") as stream:
-            _write(stream, data)
-        return
-    target = Path(os.path.realpath(path))
+    write_all_atomically([(path, data)])
+
+
+def write_all_atomically(files: Sequence[tuple[str | Path, bytes | Iterable[bytes]]]) -> None:
+    """``write_atomically`` for several files at once: all of them, or (on error) none.
+
+    Every regular file is first written in full to its temporary file; only then are the
+    files that cannot be replaced (devices, pipes) written, and last the temporary files
+    renamed. A failure before the renames leaves every regular file untouched.
+    """
+    staged: list[tuple[str, Path]] = []
+    direct: list[tuple[str | Path, bytes | Iterable[bytes]]] = []
+    current: str | Path = ""
+    try:
+        for current, data in files:
+            if os.path.exists(current) and not os.path.isfile(current):  # follows links
+                direct.append((current, data))
+            else:
+                staged.append(_stage(Path(os.path.realpath(current)), data))
+        for current, data in direct:
+            with open(current, "wb") as stream:
+                _write(stream, data)
+        for temporary, target in staged:
+            current = target
+            os.replace(temporary, target)
+    except BaseException as error:
+        for temporary, _ in staged:
+            Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError):  # name the file asked for, not a temporary one
+            raise OSError(error.errno, error.strerror, str(current)) from error
+        raise
+
+
+def _stage(target: Path, data: bytes | Iterable[bytes]) -> tuple[str, Path]:
+    """``data`` written and synced to a new temporary file beside ``target``."""
     handle, temporary = tempfile.mkstemp(
         prefix=f".{target.name}.", suffix=".partial", dir=target.parent
     )
@@ -125,10 +155,10 @@ def write_atomically(path: str | Path, data: bytes | Iterable[bytes]) -> None:
             _write(stream, data)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    return temporary, target
 
 
 def _write(stream: BinaryIO, data: bytes | Iterable[bytes]) -> None:
