@@ -160,8 +160,8 @@ def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     for option, low, high, default, meaning in (
         ("--holdout-percent", 0, 99, 20, "hold a line out when its draw mod 100 is below N"),
         ("--seed", 0, 2**64 - 1, 0, "the SplitMix64 seed of the split"),
-        ("--knots", MIN_KNOTS, 2**32, 4, "at most N prefill knots"),
-        ("--grid-points", MIN_GRID_POINTS, 2**32, 8, "at most N grid points per axis"),
+        ("--knots", MIN_KNOTS, 64, 4, "at most N prefill knots"),
+        ("--grid-points", MIN_GRID_POINTS, 32, 8, "at most N grid points per axis"),
     ):
         parser.add_argument(
             option,
@@ -174,6 +174,8 @@ def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _int_between(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
+        if not text.isascii() or not text.isdigit():  # no sign, space, "_" or non-ASCII digit
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}")
         try:
             value = int(text)
         except ValueError:

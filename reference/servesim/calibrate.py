@@ -449,9 +449,16 @@ def least_squares(rows: Sequence[Sequence[float]], targets: Sequence[float]) -> 
     return coefficients
 
 
+#: The largest coefficient a regression profile holds (2^53-1, its schema's bound).
+_MOST = (1 << 53) - 1
+
+
 def _whole(value: float, *, least: int = 0) -> int:
-    """A fitted coefficient as R44 writes it: clamped to ``least``, rounded (halves up)."""
-    return max(least, math.floor(value + 0.5))
+    """A fitted coefficient as R44 writes it: rounded (halves up), kept within ``least`` and the
+    schema's bound."""
+    if not math.isfinite(value):
+        return least if value < 0 else _MOST
+    return min(_MOST, max(least, math.floor(value + 0.5)))
 
 
 def fit_regression(fitting: Sequence[Measurement], knots: int) -> RegressionTiming:
