@@ -119,6 +119,8 @@ def simulate(
             worker.schedule_pending = True
             push(now_us, SCHEDULING, worker.index)
 
+    #: R22's C is read by a measured model and by the trace; a synthetic model ignores it.
+    uses_context = timing.model.uses_context or record_trace
     arrived = 0
     push_next_arrival()
     while queue:
@@ -155,7 +157,8 @@ def simulate(
             decode, prefill = worker.plan_step(limits, now_us)
             assert decode or prefill, "R16: a worker with work always forms a non-empty step"
             step = Step(worker.index, now_us, 0, decode, prefill)
-            step.context_tokens = context_tokens(decode)
+            if uses_context:  # C costs a sum over the decoding requests: only when it is read
+                step.context_tokens = context_tokens(decode)
             step.duration_us = step_duration(step, timing)
             if now_us + step.duration_us > MAX_TIME_US:
                 raise UnrepresentableTime(

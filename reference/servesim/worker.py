@@ -54,7 +54,8 @@ class Step:
     prefill: list[tuple[RequestState, int]]
     repeat: int = 1
     context_tokens: int = 0
-    """R22's C at the first step's start, fixed when the step is formed (``context_tokens``)."""
+    """R22's C at the first step's start, fixed when the step is formed (``context_tokens``);
+    left 0 when nothing reads it (a synthetic model, no trace)."""
     ends: list[int] | None = None
     """The end time of each step of a run whose steps differ (the first ``repeat`` count)."""
 
