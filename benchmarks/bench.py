@@ -283,12 +283,11 @@ def main() -> int:
             for workers in (16, 1024):
                 for trace in (False, True):
                     label = f"{source} {count} req, {workers} workers{', trace' if trace else ''}"
-                    print(
-                        line(
-                            label, run(folder, f"{source}-{count}", workload, workers, trace=trace)
-                        ),
-                        flush=True,
-                    )
+                    figures = run(folder, f"{source}-{count}", workload, workers, trace=trace)
+                    print(line(label, figures), flush=True)
+                    # a full trace is hundreds of MB in the temporary folder (often memory):
+                    # gone before the next run, so that it does not slow the ones after it
+                    figures["report"].unlink()
         print("\n== against the plain per-step loop (same semantics, same run) ==")
         workload = import_trace("mooncake", folder)
         if limit:
