@@ -185,6 +185,7 @@ def check_step_shapes(timing: Document, report: Document) -> None:
     ships with the reference, and this check then holds any implementation to R22, R41, R42.
     """
     from servesim.documents import build_timing_profile
+    from servesim.migrations import trace_entry_shape
     from servesim.model import StepShape
 
     _require(
@@ -196,16 +197,7 @@ def check_step_shapes(timing: Document, report: Document) -> None:
     requests = {request["id"]: request for request in report["requests"]}
     for step in report["trace"] or []:
         where = f"step of worker {step['worker']} at {step['start_us']}"
-        context = sum(
-            requests[rid]["prompt_tokens"]
-            + sum(1 for t in requests[rid]["token_times_us"] if t <= step["start_us"])
-            for rid in step["decode_requests"]
-        )
-        expected = {
-            "decode_requests": len(step["decode_requests"]),
-            "context_tokens": context,
-            "prefill_tokens": step["prefill_tokens"],
-        }
+        expected = trace_entry_shape(step, requests)
         _require(
             step["shape"] == expected, "R22", f"{where}: shape {step['shape']}, expected {expected}"
         )

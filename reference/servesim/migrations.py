@@ -210,22 +210,28 @@ def report_1_0_to_2_0(report: Mapping[str, Any]) -> dict[str, Any]:
     upgraded["inputs"] = inputs
     if upgraded.get("trace") is not None:
         requests = {request["id"]: request for request in upgraded["requests"]}
-        upgraded["trace"] = [_with_shape(entry, requests) for entry in upgraded["trace"]]
+        upgraded["trace"] = [
+            {**entry, "shape": trace_entry_shape(entry, requests)} for entry in upgraded["trace"]
+        ]
     return upgraded
 
 
-def _with_shape(entry: Mapping[str, Any], requests: Mapping[str, Any]) -> dict[str, Any]:
+def trace_entry_shape(entry: Mapping[str, Any], requests: Mapping[str, Any]) -> dict[str, int]:
+    """R22's shape of a report's trace entry, from the report alone (``requests`` by id).
+
+    A decoding request's context at the step's start is its prompt plus the tokens it produced
+    by then: its token times up to the start (a token at the start came from an earlier step).
+    """
     context = 0
     for request_id in entry["decode_requests"]:
         request = requests[request_id]
         produced = bisect.bisect_right(request["token_times_us"], entry["start_us"])
         context += request["prompt_tokens"] + produced
-    shape = {
+    return {
         "decode_requests": len(entry["decode_requests"]),
         "context_tokens": context,
         "prefill_tokens": entry["prefill_tokens"],
     }
-    return {**entry, "shape": shape}
 
 
 #: The reference's chain. A new version adds its step here in the same commit as its schema

@@ -109,6 +109,11 @@ def context_tokens(decode: list[RequestState]) -> int:
     return sum(state.request.prompt_tokens + len(state.token_times_us) for state in decode)
 
 
+def _steps_to_first_completion(step: Step) -> int:
+    """How many decode steps pass before the first of ``step``'s decoding requests completes."""
+    return min(state.request.max_output_tokens - len(state.token_times_us) for state in step.decode)
+
+
 def decode_run_length(step: Step, max_end_us: int) -> int:
     """How many identical copies of a decode-only step the worker runs back to back.
 
@@ -120,9 +125,7 @@ def decode_run_length(step: Step, max_end_us: int) -> int:
     """
     if step.prefill or not step.decode:
         return 1
-    first_finish = min(
-        state.request.max_output_tokens - len(state.token_times_us) for state in step.decode
-    )
+    first_finish = _steps_to_first_completion(step)
     representable = (max_end_us - step.start_us) // step.duration_us  # R6: stop at the limit
     return max(1, min(first_finish, representable))
 
@@ -142,9 +145,7 @@ def measured_decode_run(step: Step, model: TimingModel, max_end_us: int) -> None
     """
     if step.prefill or not step.decode:
         return
-    first_finish = min(
-        state.request.max_output_tokens - len(state.token_times_us) for state in step.decode
-    )
+    first_finish = _steps_to_first_completion(step)
     decoding = len(step.decode)
     context = step.context_tokens
     end = step.start_us + step.duration_us
