@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servesim.documents import build_timing_profile
+from servesim.model import StepShape
+
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "traces"
 PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"
@@ -89,13 +92,12 @@ def _grid_profile() -> dict[str, Any]:
         "prefill_tokens": [0, 512, 2048, 8192],
     }
 
-    def duration(decode: int, context: int, prefill: int) -> int:
-        prefill_ns = prefill * 19_531 if prefill <= 2048 else 40_000_000 + (prefill - 2048) * 22_786
-        total_ps = 1000 * (3_000_000 + prefill_ns + decode * 100_000) + context * 20_000
-        return -(-total_ps // 1_000_000)
-
+    regression = build_timing_profile(REGRESSION).model
     durations = [
-        [[duration(d, c, p) for p in axes["prefill_tokens"]] for c in axes["context_tokens"]]
+        [
+            [regression.step_duration_us(StepShape(d, c, p)) for p in axes["prefill_tokens"]]
+            for c in axes["context_tokens"]
+        ]
         for d in axes["decode_requests"]
     ]
     coverage = {name: {"min": points[0], "max": points[-1]} for name, points in axes.items()}

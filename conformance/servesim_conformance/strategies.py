@@ -107,13 +107,18 @@ def input_triples() -> st.SearchStrategy[tuple[dict[str, Any], dict[str, Any], d
     return st.tuples(scenarios(), workloads(), timing_profiles())
 
 
-#: The step shapes ``scenarios()`` can produce (R22): at most 4 decoding requests of context at
-#: most 64 tokens each, at most 24 tokens in a step. Measured profiles cover at least this, so
-#: generated replays never stop outside the coverage (R43).
-REACHABLE = {"decode_requests": 4, "context_tokens": 4 * 64, "prefill_tokens": 24}
-
-#: The engine limits a generated measured profile claims; its coverage lies within them (R40).
+#: The largest limits ``scheduler_limits()`` draws, which a generated measured profile claims as
+#: its engine's (R40).
 GENERATED_LIMITS = {"max_num_seqs": 4, "max_batched_tokens": 24, "max_model_len": 64}
+
+#: The step shapes ``scenarios()`` can produce (R22), the most R40 lets a coverage claim under
+#: those limits. Measured profiles cover all of it, so generated replays never stop outside the
+#: coverage (R43).
+REACHABLE = {
+    "decode_requests": GENERATED_LIMITS["max_num_seqs"],
+    "context_tokens": GENERATED_LIMITS["max_num_seqs"] * GENERATED_LIMITS["max_model_len"],
+    "prefill_tokens": GENERATED_LIMITS["max_batched_tokens"],
+}
 
 
 def calibration_doc(limits: dict[str, int] | None = None) -> dict[str, Any]:
