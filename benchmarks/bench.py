@@ -186,7 +186,7 @@ def child(arguments: argparse.Namespace) -> None:
     ]
     argv = [*argv, "--trace"] if arguments.trace else argv
     if arguments.implementation == "reference":
-        from servesim._cli import main as servesim_main  # as `servesim replay` runs
+        from servesim_cli.main import main as servesim_main  # as `servesim replay` runs
 
         servesim_main(argv)
     else:

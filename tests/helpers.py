@@ -114,7 +114,7 @@ def replay_args(paths: dict[str, Path], output: Path, *options: str) -> list[str
 def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     """Run the ``servesim`` command in a fresh process, as a user would."""
     return subprocess.run(
-        [sys.executable, "-m", "servesim", *map(str, arguments)],
+        [sys.executable, "-m", "servesim_cli", *map(str, arguments)],
         capture_output=True,
         text=True,
         check=False,

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim._cli import main
 from servesim.calibrate import (
     CalibrateOptions,
     Calibration,
@@ -30,6 +29,7 @@ from servesim.calibrate import (
 from servesim.documents import build_timing_profile, load_document, read_document
 from servesim.model import RegressionTiming, StepShape, TimingModel
 from servesim.replay import replay
+from servesim_cli.main import main
 from tests.helpers import EXAMPLES, load_module, run_servesim
 
 BASIC = EXAMPLES / "basic"

@@ -345,7 +345,7 @@ def test_r32_writes_through_links_and_keeps_the_umask_mode(tmp_path: Path) -> No
 def test_r32_writes_into_a_pipe_instead_of_replacing_it(tmp_path: Path) -> None:
     paths = write_inputs(tmp_path, *valid_documents().values())
     result = subprocess.run(
-        [sys.executable, "-m", "servesim", *map(str, replay_args(paths, Path("/dev/stdout")))],
+        [sys.executable, "-m", "servesim_cli", *map(str, replay_args(paths, Path("/dev/stdout")))],
         capture_output=True,
         check=False,
     )
@@ -401,7 +401,9 @@ def _run_on_terminal(arguments: list[str]) -> str:
     """Run the CLI with its stderr on a pseudo-terminal; what it printed there."""
     leader, follower = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "servesim", *arguments], stderr=follower, stdout=subprocess.DEVNULL
+        [sys.executable, "-m", "servesim_cli", *arguments],
+        stderr=follower,
+        stdout=subprocess.DEVNULL,
     )
     os.close(follower)
     chunks = []

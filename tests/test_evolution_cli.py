@@ -1,6 +1,6 @@
 """``servesim schema diff``: exit codes, text and JSON output, inputs; and what it imports.
 
-The functions are called through a parser built the way ``servesim._cli`` builds its own
+The functions are called through a parser built the way ``servesim_cli.main`` builds its own
 (``add_schema_arguments`` on the ``schema`` subcommand), so the wiring is what is tested.
 """
 
@@ -165,7 +165,7 @@ def test_building_the_parser_imports_neither_the_engine_nor_hypothesis() -> None
     """servesim builds every subcommand's parser for every command, ``replay`` included."""
     probe = (
         "import argparse, sys\n"
-        "import servesim._cli\n"
+        "import servesim_cli.main\n"
         "from servesim_conformance.evolution.cli import add_schema_arguments, "
         "add_migrate_arguments\n"
         "parser = argparse.ArgumentParser()\n"

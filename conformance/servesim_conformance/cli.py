@@ -25,7 +25,7 @@ EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_UNUSABLE = 2
 
-REFERENCE_COMMAND = shlex.join([sys.executable, "-m", "servesim", "replay"])
+REFERENCE_COMMAND = shlex.join([sys.executable, "-m", "servesim_cli", "replay"])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from servesim_conformance.strategies import load_profile
 
 load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-REFERENCE = shlex.join([sys.executable, "-m", "servesim", "replay"])
+REFERENCE = shlex.join([sys.executable, "-m", "servesim_cli", "replay"])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

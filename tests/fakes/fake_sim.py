@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from servesim import __version__, replay
-from servesim._cli import main as reference_main
 from servesim.canonical import canonical_json
 from servesim.describe import description
 from servesim.model import StepShape
+from servesim_cli.main import main as reference_main
 
 #: Modes that run the reference unchanged (they differ in their --describe answer only).
 HONEST_RUNS = {"honest", "bad-protocol", "no-chunking", "reads-only-2.0", "protocol-1"}

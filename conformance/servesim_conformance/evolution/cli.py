@@ -1,6 +1,6 @@
 """``servesim schema diff|review`` and ``servesim migrate``: the wiring for servesim's CLI.
 
-``servesim._cli`` calls ``add_schema_arguments``/``run_schema`` and
+``servesim_cli.suite`` calls ``add_schema_arguments``/``run_schema`` and
 ``add_migrate_arguments``/``run_migrate``, as it calls the conformance suite's. Building the
 parser happens on every ``servesim`` command, ``replay`` included, so this module imports only
 the standard library at the top; the diff engine (and Hypothesis, for counterexamples) load when

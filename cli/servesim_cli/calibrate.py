@@ -1,0 +1,124 @@
+"""``servesim calibrate``: measured steps in, regression and grid timing profiles out (R44)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from servesim.canonical import write_all_atomically
+from servesim.errors import ServesimError
+from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
+from servesim_cli.messages import int_between, report_invalid, same_file
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from servesim.calibrate import MIN_GRID_POINTS, MIN_KNOTS
+
+    parser.add_argument("measurements", metavar="MEASUREMENTS", help="measured steps (JSON Lines)")
+    parser.add_argument(
+        "--identity",
+        required=True,
+        metavar="FILE",
+        help="JSON object: the calibration members but source_sha256 (engine, engine_version, "
+        "model, model_revision, gpu, server_config_sha256, limits)",
+    )
+    parser.add_argument("--regression-output", metavar="FILE", help="write the regression here")
+    parser.add_argument("--grid-output", metavar="FILE", help="write the grid here")
+    parser.add_argument(
+        "--summary-json", metavar="FILE", help="write the summary's figures here as JSON"
+    )
+    for option, low, high, default, meaning in (
+        ("--holdout-percent", 0, 99, 20, "hold a line out when its draw mod 100 is below N"),
+        ("--seed", 0, 2**64 - 1, 0, "the SplitMix64 seed of the split"),
+        ("--knots", MIN_KNOTS, 64, 4, "at most N prefill knots"),
+        ("--grid-points", MIN_GRID_POINTS, 32, 8, "at most N grid points per axis"),
+    ):
+        parser.add_argument(
+            option,
+            type=int_between(low, high),
+            default=default,
+            metavar="N",
+            help=f"{meaning}; {low}..{high}, default {default}",
+        )
+
+
+def _outputs(arguments: argparse.Namespace) -> list[tuple[str, str]]:
+    """(path, kind) of every output asked for."""
+    return [
+        (path, kind)
+        for path, kind in (
+            (arguments.regression_output, "regression"),
+            (arguments.grid_output, "grid"),
+            (arguments.summary_json, "summary"),
+        )
+        if path is not None
+    ]
+
+
+def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    from servesim.calibrate import (
+        CalibrateOptions,
+        InvalidMeasurements,
+        calibrate,
+        parse_identity,
+    )
+
+    try:
+        data = Path(arguments.measurements).read_bytes()
+        identity_data = Path(arguments.identity).read_bytes()
+    except OSError as error:
+        print(f"servesim: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    outputs = _outputs(arguments)
+    inputs = (arguments.measurements, arguments.identity)
+    clashes = [path for path, _ in outputs if any(same_file(path, given) for given in inputs)]
+    if clashes or len({os.path.realpath(path) for path, _ in outputs}) < len(outputs):
+        print(
+            "servesim: invalid input: an output is an input or another output; each output "
+            "needs a file of its own",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_INPUT
+    options = CalibrateOptions(
+        holdout_percent=arguments.holdout_percent,
+        seed=arguments.seed,
+        knots=arguments.knots,
+        grid_points=arguments.grid_points,
+    )
+    try:
+        identity = parse_identity(identity_data, arguments.identity)
+        result = calibrate(data, arguments.measurements, identity, arguments.identity, options)
+    except InvalidMeasurements as error:
+        print("servesim: invalid input:", file=sys.stderr)
+        for problem in error.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    except ServesimError as error:
+        return report_invalid(error)
+    contents = {"regression": result.regression, "grid": result.grid}
+    contents["summary"] = result.summary_json()
+    try:  # R44: every output, or none of them
+        write_all_atomically([(path, contents[kind]) for path, kind in outputs])
+    except OSError as error:
+        print(
+            f"servesim: cannot write {error.filename or 'an output'}: {error.strerror}; "
+            "nothing written",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_INPUT
+    print(result.summary_text(arguments.measurements), end="")
+    return EXIT_OK
+
+
+COMMAND = Command(
+    name="calibrate",
+    help="fit regression and grid timing profiles to measured steps",
+    description="Fit a regression and a grid timing profile (1.1) to measured steps, JSON "
+    "Lines of {decode_requests, context_tokens, prefill_tokens, duration_us} (SPEC.md R44), "
+    "and print their errors on the held-out lines. Exit 0: done, asked profiles written. "
+    "Exit 2: invalid measurements or identity, nothing written.",
+    add_arguments=_add_arguments,
+    run=_run,
+)

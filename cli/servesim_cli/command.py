@@ -1,0 +1,29 @@
+"""What a ``servesim`` subcommand is: a name, its help, its arguments and what it runs.
+
+Each subcommand lives in a module of its own that exposes one ``COMMAND``; ``main`` builds the
+parser from them. Keeping heavy imports inside ``run`` lets every parser be built cheaply.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: Exit codes shared by every subcommand (SPEC.md section 8).
+EXIT_OK = 0
+EXIT_INTERNAL_ERROR = 1
+EXIT_INVALID_INPUT = 2
+EXIT_OUT_OF_COVERAGE = 3
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand of ``servesim``."""
+
+    name: str
+    help: str
+    description: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    #: Runs the parsed command; gets its own parser for usage errors; returns the exit code.
+    run: Callable[[argparse.Namespace, argparse.ArgumentParser], int]

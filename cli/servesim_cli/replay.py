@@ -1,0 +1,117 @@
+"""``servesim replay``: three input documents in, one canonical report out (SPEC.md R32)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from servesim import __version__
+from servesim.canonical import write_atomically
+from servesim.describe import description
+from servesim.errors import OutOfCoverage, ServesimError
+from servesim.replay import read_inputs, replay_chunks
+from servesim.simulation import ProgressCallback
+from servesim_cli.command import (
+    EXIT_INVALID_INPUT,
+    EXIT_OK,
+    EXIT_OUT_OF_COVERAGE,
+    Command,
+)
+from servesim_cli.messages import report_invalid, same_file
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", metavar="FILE", help="scenario document (required)")
+    parser.add_argument("--workload", metavar="FILE", help="workload document (required)")
+    parser.add_argument(
+        "--timing-profile", metavar="FILE", help="timing-profile document (required)"
+    )
+    parser.add_argument(
+        "--output", metavar="FILE", help="where to write the report, atomically (required)"
+    )
+    parser.add_argument(
+        "--trace", action="store_true", help="include every step in the report (R30)"
+    )
+    parser.add_argument(
+        "--describe",
+        action="store_true",
+        help="print this implementation's description for the conformance harness and exit",
+    )
+
+
+def _progress_on_terminal() -> ProgressCallback | None:
+    """Progress on stderr for a person watching a long replay; silence for scripts and logs."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(arrived: int, total: int, now_us: int) -> None:
+        print(
+            f"\rservesim: {arrived:,}/{total:,} requests arrived, "
+            f"{now_us / 1_000_000:,.1f} s simulated",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
+
+
+def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if arguments.describe:
+        print(json.dumps(description(__version__), indent=2))
+        return EXIT_OK
+    missing = [
+        option
+        for option, value in (
+            ("--scenario", arguments.scenario),
+            ("--workload", arguments.workload),
+            ("--timing-profile", arguments.timing_profile),
+            ("--output", arguments.output),
+        )
+        if value is None
+    ]
+    if missing:
+        parser.error(f"replay needs {', '.join(missing)}")
+    inputs = (arguments.scenario, arguments.workload, arguments.timing_profile)
+    if any(same_file(arguments.output, given) for given in inputs):
+        print(
+            f"servesim: invalid input: the output {arguments.output} is one of the inputs",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_INPUT
+    try:
+        report = replay_chunks(
+            *read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile),
+            trace=arguments.trace,
+            progress=_progress_on_terminal(),
+        )
+    except OutOfCoverage as error:
+        print("servesim: a step is outside the timing profile's coverage:", file=sys.stderr)
+        for line in error.lines(arguments.timing_profile):
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_OUT_OF_COVERAGE
+    except ServesimError as error:
+        return report_invalid(error)
+    try:
+        write_atomically(arguments.output, report)
+    except OSError as error:
+        print(
+            f"servesim: cannot write the report to {arguments.output}: {error.strerror}",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID_INPUT
+    if sys.stderr.isatty():
+        print(f"\rservesim: report written to {arguments.output}", " " * 30, file=sys.stderr)
+    return EXIT_OK
+
+
+COMMAND = Command(
+    name="replay",
+    help="replay a workload on a scenario's fleet and write the report",
+    description="Replay a workload and write the canonical report (SPEC.md R32). "
+    "Exit 0: report written. Exit 2: input rejected, nothing written. Exit 3: a step's shape "
+    "is outside the measured timing profile's coverage (R43), nothing written.",
+    add_arguments=_add_arguments,
+    run=_run,
+)

@@ -1,0 +1,94 @@
+"""``servesim import``: a public request trace (Mooncake, Azure) becomes a workload document."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+from servesim.canonical import write_atomically
+from servesim.documents import load_document
+from servesim.errors import ServesimError
+from servesim.importers import READERS, ImportOptions, select, workload_bytes
+from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
+from servesim_cli.messages import (
+    non_negative_fraction,
+    positive_fraction,
+    positive_int,
+    report_invalid,
+)
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("format", choices=sorted(READERS), help="the trace's format")
+    parser.add_argument("trace", metavar="FILE", help="the trace file")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="the workload to write"
+    )
+    parser.add_argument("--limit", type=positive_int, metavar="N", help="keep the first N requests")
+    parser.add_argument(
+        "--window",
+        nargs=2,
+        type=non_negative_fraction,
+        metavar=("START", "END"),
+        help="keep arrivals in [START, END) seconds after the first record, re-based to START",
+    )
+    parser.add_argument(
+        "--speedup",
+        type=positive_fraction,
+        default=Fraction(1),
+        metavar="FACTOR",
+        help="divide every arrival by FACTOR (rounded down to a microsecond); default 1",
+    )
+
+
+def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    window = arguments.window or (Fraction(0), None)
+    options = ImportOptions(
+        limit=arguments.limit,
+        window_start_s=window[0],
+        window_end_s=window[1],
+        speedup=arguments.speedup,
+    )
+    try:
+        records = select(READERS[arguments.format](Path(arguments.trace)), options)
+        data, count = workload_bytes(arguments.format, records)
+    except ServesimError as error:
+        return report_invalid(error)
+    except OSError as error:
+        print(f"servesim: cannot read {arguments.trace}: {error.strerror}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    if count == 0:
+        print(f"servesim: {arguments.trace}: no request is left to import", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    try:  # values beyond the schema's bounds (R3) are the trace's fault: say so, write nothing
+        load_document(data, arguments.output, "workload")
+    except ServesimError as error:
+        print(f"servesim: {arguments.trace} does not make a valid workload:", file=sys.stderr)
+        return report_invalid(error)
+    try:
+        write_atomically(arguments.output, data)
+    except OSError as error:
+        print(f"servesim: cannot write {arguments.output}: {error.strerror}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    if arguments.format == "mooncake":
+        print(
+            "servesim: note: Mooncake prefix hash_ids were dropped (the v1 workload cannot hold "
+            "them yet)",
+            file=sys.stderr,
+        )
+    print(f"{arguments.output}: {count} requests")
+    return EXIT_OK
+
+
+COMMAND = Command(
+    name="import",
+    help="turn a public request trace into a workload document",
+    description="Import a Mooncake (JSON Lines) or Azure LLM inference (CSV) trace as a "
+    "workload. Arrivals are integer microseconds after the first record; request ids are "
+    "<format>-L<line>. Exit 2 on a malformed record, naming the file, line and field; "
+    "nothing is written then.",
+    add_arguments=_add_arguments,
+    run=_run,
+)
