@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from servesim.calibrate import (
     CalibrateOptions,
     Calibration,
+    InvalidMeasurements,
     Measurement,
     calibrate,
     parse_identity,
@@ -33,6 +34,7 @@ from servesim_cli.main import main
 from tests.helpers import EXAMPLES, load_module, run_servesim
 
 BASIC = EXAMPLES / "basic"
+SHAPE_ORDER = ("decode_requests", "context_tokens", "prefill_tokens")
 IDENTITY = BASIC / "calibration-identity.json"
 MEASURED = BASIC / "measured-steps.jsonl"
 
@@ -414,3 +416,46 @@ def test_r44_one_output_that_cannot_be_written_leaves_none_written(
     assert code == 2
     assert "cannot write" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # not the regression, not a temporary file
+
+
+def _traced_report() -> bytes:
+    return replay(
+        BASIC / "scenario.json",
+        BASIC / "workload.json",
+        BASIC / "regression-profile.json",
+        trace=True,
+    )
+
+
+def test_r44_a_traced_report_calibrates_as_its_trace_lines_do() -> None:
+    """The README's promise: a ``--trace`` report is read directly, each entry one line."""
+    report = _traced_report()
+    lines = "".join(
+        line(*(entry["shape"][name] for name in SHAPE_ORDER), entry["end_us"] - entry["start_us"])
+        + "\n"
+        for entry in json.loads(report)["trace"]
+    )
+    from_report, from_lines = run(report), run(lines.encode())
+    assert from_report.lines == from_lines.lines == len(json.loads(report)["trace"])
+    assert model_of(from_report.regression) == model_of(from_lines.regression)
+    assert model_of(from_report.grid) == model_of(from_lines.grid)
+    assert from_report.source_sha256 == hashlib.sha256(report).hexdigest()
+
+
+def test_r44_a_report_without_a_trace_is_refused_with_the_way_out() -> None:
+    report = replay(BASIC / "scenario.json", BASIC / "workload.json", BASIC / "timing-profile.json")
+    with pytest.raises(InvalidMeasurements, match="replay with --trace"):
+        run(report)
+
+
+def test_r44_few_lines_are_warned_about_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    three = tmp_path / "three.jsonl"
+    three.write_bytes(b"".join(MEASURED.read_bytes().splitlines(keepends=True)[:3]))
+    code, _ = calibrate_cli(tmp_path, three)
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "warning: only 1 held-out line: error percentiles need at least 20" in err
+    assert "warning: only 2 fitting lines for 4 regression coefficients" in err
+    assert run(MEASURED.read_bytes()).warnings() == [], "the bundled 306 lines are enough"

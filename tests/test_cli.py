@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import pty
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -308,11 +310,13 @@ def test_r6_time_beyond_2_53_exits_2(tmp_path: Path) -> None:
     _assert_rejected(result, output, "9007199254740991")
 
 
-def test_r32_unwritable_output_exits_2_without_traceback(tmp_path: Path) -> None:
+def test_r32_unwritable_output_exits_4_without_traceback(tmp_path: Path) -> None:
+    # Valid inputs and a path that cannot be written: the environment's fault, not the input's,
+    # so not exit 2 (which tells a script to fix its input).
     paths = write_inputs(tmp_path, *valid_documents().values())
     output = tmp_path / "missing-folder" / "report.json"
     result = run_servesim(*replay_args(paths, output))
-    assert result.returncode == 2
+    assert result.returncode == 4
     assert "cannot write the report" in result.stderr
     assert "Traceback" not in result.stderr
     assert not output.parent.exists()
@@ -458,3 +462,76 @@ def test_r1_unpaired_surrogate_escape_is_invalid_where_it_is(
         profile[:start] + key + ': "\\ud83d\\ude00"' + profile[end:], encoding="utf-8"
     )
     assert run_servesim("validate", paired).returncode == 0
+
+
+def test_r32_output_dash_writes_the_report_to_standard_output(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, *valid_documents().values())
+    output = tmp_path / "report.json"
+    assert run_servesim(*replay_args(paths, output), "--trace").returncode == 0
+    completed = subprocess.run(
+        [sys.executable, "-m", "servesim_cli", *map(str, replay_args(paths, Path("-"))), "--trace"],
+        capture_output=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout == output.read_bytes()
+    assert not (tmp_path / "-").exists(), "'-' is standard output, not a file named '-'"
+
+
+def test_replay_without_arguments_shows_replay_s_usage() -> None:
+    result = run_servesim("replay")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: servesim replay ")
+    assert "--timing-profile" in result.stderr
+
+
+def test_r32_sigterm_leaves_no_partial_file(tmp_path: Path) -> None:
+    """SIGTERM (``timeout``, a cancelled CI job) cleans up as SIGINT does: exit 143, no
+    temporary file and no report. The signal is sent while the report is being written."""
+    requests = [(f"r{index}", index * 100, 8, 16) for index in range(5000)]
+    paths = write_inputs(tmp_path, scenario_doc(workers=4), workload_doc(*requests), timing_doc())
+    output = tmp_path / "report.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "servesim_cli", *map(str, replay_args(paths, output)), "--trace"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".report.json.*.partial")):
+        assert process.poll() is None, "the replay ended before its report was being written"
+        assert time.monotonic() < deadline, "no temporary file appeared"
+        time.sleep(0.002)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert "servesim: terminated" in stderr
+    assert "Traceback" not in stderr
+    assert not list(tmp_path.glob(".report.json.*")), "the temporary file is removed"
+    assert not output.exists()
+
+
+def test_measured_profile_limits_beyond_coverage_are_warned_about_first(tmp_path: Path) -> None:
+    scenario = json.loads((EXAMPLES / "basic" / "scenario.json").read_text(encoding="utf-8"))
+    scenario["fleet"]["workers"] = 1
+    scenario["scheduler"]["max_num_seqs"] = 8
+    paths = {
+        "scenario": tmp_path / "scenario.json",
+        "workload": EXAMPLES / "basic" / "workload.json",
+        "timing_profile": EXAMPLES / "basic" / "grid-profile.json",
+    }
+    paths["scenario"].write_text(json.dumps(scenario), encoding="utf-8")
+    result = run_servesim(*replay_args(paths, tmp_path / "report.json"))
+    assert result.returncode == 3
+    warning, _, stop = result.stderr.partition("servesim: a step is outside")
+    assert "warning: the scenario lets steps reach beyond the timing profile's coverage" in warning
+    assert "decode_requests may reach 8 (max_num_seqs); covered 0..4" in warning
+    assert "prefill_tokens" not in warning, "max_batched_tokens 64 is covered"
+    assert stop, "the replay still stops at the first uncovered step"
+
+
+def test_a_covered_measured_replay_gives_no_warning(example_inputs: dict[str, Path]) -> None:
+    paths = {**example_inputs, "timing_profile": EXAMPLES / "basic" / "grid-profile.json"}
+    result = run_servesim(*replay_args(paths, Path("-")))
+    assert result.returncode == 0
+    assert result.stderr == ""

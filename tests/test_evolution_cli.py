@@ -180,3 +180,22 @@ def test_building_the_parser_imports_neither_the_engine_nor_hypothesis() -> None
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert completed.stdout.strip() == "[]"
+
+
+def test_diff_refuses_an_instance_document_naming_its_own_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A scenario passed for the scenario schema would otherwise be 'compatible' with itself."""
+    instance = REPO / "examples" / "basic" / "scenario.json"
+    assert schema("diff", instance, SCENARIO_1_0) == 2
+    err = capsys.readouterr().err
+    assert f"{instance}: not a JSON schema: it uses none of the Draft 2020-12 keywords" in err
+    assert "(it looks like a scenario document)" in err
+    assert schema("diff", SCENARIO_1_0, instance) == 2
+    assert f"{instance}: not a JSON schema" in capsys.readouterr().err
+
+
+def test_diff_still_takes_the_empty_schema(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.schema.json"
+    empty.write_text("{}")
+    assert schema("diff", empty, empty) == 0

@@ -274,3 +274,11 @@ def test_servesim_migrate_of_a_missing_file_exits_2(
 ) -> None:
     assert _run(str(tmp_path / "nothing.json")) == 2
     assert "cannot read the file" in capsys.readouterr().err
+
+
+def test_an_impossible_migration_names_the_document_s_own_version() -> None:
+    """The message names where the document starts, not where the chain of steps stopped."""
+    with pytest.raises(InvalidInput) as raised:
+        FIXTURE_CHAIN.migrate(scenario_doc(), "in.json", "3.0")
+    (problem,) = raised.value.problems
+    assert "from '1.0' to '3.0' (the steps stop at '2.0')" in problem.message

@@ -150,3 +150,54 @@ def test_real_traces_import_completely(tmp_path: Path, source: str, path: str, c
     result = run_import(source, trace, "-o", output)
     assert result.returncode == 0, result.stderr
     assert len(servesim.read_document(output, "workload").value["requests"]) == count
+
+
+@pytest.mark.parametrize("speedup", ["0", "-1", "-0.5"])
+def test_a_speedup_of_zero_or_less_gets_one_message(tmp_path: Path, speedup: str) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE)
+    result = run_import("mooncake", trace, "-o", tmp_path / "w.json", "--speedup", speedup)
+    assert result.returncode == 2
+    assert f"--speedup: expected a number above 0, found {speedup}" in result.stderr
+
+
+@pytest.mark.parametrize("window", [("600", "0"), ("5", "5")])
+def test_a_window_whose_start_is_not_below_its_end_says_so(
+    tmp_path: Path, window: tuple[str, str]
+) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE)
+    result = run_import("mooncake", trace, "-o", tmp_path / "w.json", "--window", *window)
+    assert result.returncode == 2
+    assert f"--window: START must be below END, found {window[0]} {window[1]}" in result.stderr
+    assert "no request" not in result.stderr
+
+
+def test_a_trace_of_the_other_format_is_shown_as_its_text(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE)
+    result = run_import("azure", trace, "-o", tmp_path / "w.json")
+    assert result.returncode == 2
+    assert 'found \'{"timestamp": 1000, "input_length": 10' in result.stderr
+    assert "['" not in result.stderr, "no Python list in a message"
+
+
+def test_the_workload_can_go_to_standard_output(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE)
+    result = run_import("mooncake", trace, "-o", "-")
+    assert result.returncode == 0, result.stderr
+    assert [item["id"] for item in json.loads(result.stdout)["requests"]] == [
+        "mooncake-L1",
+        "mooncake-L2",
+        "mooncake-L3",
+    ]
+    assert "-: 3 requests" in result.stderr
+
+
+def test_an_unwritable_workload_exits_4(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE)
+    result = run_import("mooncake", trace, "-o", tmp_path / "missing" / "w.json")
+    assert result.returncode == 4
+    assert "cannot write the workload to" in result.stderr

@@ -9,14 +9,18 @@ from pathlib import Path
 
 from servesim.canonical import write_all_atomically
 from servesim.errors import ServesimError
-from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
+from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import int_between, report_invalid, same_file
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from servesim.calibrate import MIN_GRID_POINTS, MIN_KNOTS
 
-    parser.add_argument("measurements", metavar="MEASUREMENTS", help="measured steps (JSON Lines)")
+    parser.add_argument(
+        "measurements",
+        metavar="MEASUREMENTS",
+        help="measured steps (JSON Lines), or a report written with --trace",
+    )
     parser.add_argument(
         "--identity",
         required=True,
@@ -107,7 +111,9 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
             "nothing written",
             file=sys.stderr,
         )
-        return EXIT_INVALID_INPUT
+        return EXIT_CANNOT_WRITE
+    for warning in result.warnings():
+        print(f"servesim: warning: {warning}", file=sys.stderr)
     print(result.summary_text(arguments.measurements), end="")
     return EXIT_OK
 

@@ -15,6 +15,11 @@ EXIT_OK = 0
 EXIT_INTERNAL_ERROR = 1
 EXIT_INVALID_INPUT = 2
 EXIT_OUT_OF_COVERAGE = 3
+#: The input was fine but the output could not be written (a missing folder, no permission).
+EXIT_CANNOT_WRITE = 4
+#: Stopped by SIGINT (128 + 2) or SIGTERM (128 + 15), as a shell reports them.
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,19 @@ never as a Python traceback. Each subcommand is a ``Command`` in a module of its
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from servesim import __version__
 from servesim_cli import calibrate, replay, suite, trace_import, validate
-from servesim_cli.command import EXIT_INTERNAL_ERROR, Command
+from servesim_cli.command import (
+    EXIT_INTERNAL_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Command,
+)
 
 _DESCRIPTION = """\
 Replay LLM-serving request traces through a fleet of continuous-batching workers, with a
@@ -46,16 +53,30 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     return parser, parsers
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (``timeout``, a CI cancelling a job). A ``BaseException``, as
+    ``KeyboardInterrupt`` is, so that it unwinds through every ``finally`` and the atomic
+    writer removes its temporary file, instead of the process dying where it stands."""
+
+
+def _raise_terminated(_signal: int, _frame: FrameType | None) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser, parsers = build_parser()
     arguments = parser.parse_args(argv)
     command = next(command for command in COMMANDS if command.name == arguments.command)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return command.run(arguments, parsers[command.name])
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("servesim: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except BrokenPipeError:  # the reader went away (``servesim ... | head``): not our bug
         sys.stderr.close()
         return EXIT_INTERNAL_ERROR
@@ -66,3 +87,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL_ERROR
+    finally:
+        signal.signal(signal.SIGTERM, previous)

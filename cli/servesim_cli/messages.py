@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 
+from servesim.canonical import write_atomically
 from servesim.errors import InvalidInput, ServesimError
-from servesim_cli.command import EXIT_INVALID_INPUT
+from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK
+
+#: The output path that means standard output.
+STANDARD_OUTPUT = "-"
 
 
 def report_invalid(error: ServesimError) -> int:
@@ -21,6 +25,25 @@ def report_invalid(error: ServesimError) -> int:
     else:
         print(f"  {error}", file=sys.stderr)
     return EXIT_INVALID_INPUT
+
+
+def write_output(path: str, data: bytes | Iterable[bytes], what: str) -> int:
+    """Write ``data`` to ``path`` (atomically) or, for ``-``, to standard output.
+
+    A failure to write is the environment's, not the input's: it gets its own exit code, so a
+    script can tell "fix the input" from "fix the disk or the path".
+    """
+    try:
+        if path == STANDARD_OUTPUT:
+            stream = sys.stdout.buffer
+            stream.writelines([data] if isinstance(data, bytes) else data)
+            stream.flush()
+        else:
+            write_atomically(path, data)
+    except OSError as error:
+        print(f"servesim: cannot write {what} to {path}: {error.strerror}", file=sys.stderr)
+        return EXIT_CANNOT_WRITE
+    return EXIT_OK
 
 
 def same_file(first: str, second: str) -> bool:
@@ -56,20 +79,24 @@ def positive_int(text: str) -> int:
     return value
 
 
-def non_negative_fraction(text: str) -> Fraction:
-    """An argparse type: an exact non-negative number (``0.5``, ``3/2``, ``600``)."""
+def _fraction(text: str) -> Fraction:
     try:
-        value = Fraction(text)
+        return Fraction(text)
     except (ValueError, ZeroDivisionError):
         raise argparse.ArgumentTypeError(f"expected a number, found {text!r}") from None
+
+
+def non_negative_fraction(text: str) -> Fraction:
+    """An argparse type: an exact non-negative number (``0.5``, ``3/2``, ``600``)."""
+    value = _fraction(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative number, found {text}")
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, found {text}")
     return value
 
 
 def positive_fraction(text: str) -> Fraction:
-    """An argparse type: an exact number above zero."""
-    value = non_negative_fraction(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a positive number, found 0")
+    """An argparse type: an exact number above zero (one message for 0 and for -1)."""
+    value = _fraction(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, found {text}")
     return value

@@ -7,8 +7,8 @@ import json
 import sys
 
 from servesim import __version__
-from servesim.canonical import write_atomically
 from servesim.describe import description
+from servesim.documents import Document
 from servesim.errors import OutOfCoverage, ServesimError
 from servesim.replay import read_inputs, replay_chunks
 from servesim.simulation import ProgressCallback
@@ -18,7 +18,8 @@ from servesim_cli.command import (
     EXIT_OUT_OF_COVERAGE,
     Command,
 )
-from servesim_cli.messages import report_invalid, same_file
+from servesim_cli.coverage_warnings import limits_outside_coverage
+from servesim_cli.messages import STANDARD_OUTPUT, report_invalid, same_file, write_output
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timing-profile", metavar="FILE", help="timing-profile document (required)"
     )
     parser.add_argument(
-        "--output", metavar="FILE", help="where to write the report, atomically (required)"
+        "--output",
+        metavar="FILE",
+        help="where to write the report, atomically; '-' for standard output (required)",
     )
     parser.add_argument(
         "--trace", action="store_true", help="include every step in the report (R30)"
@@ -57,6 +60,20 @@ def _progress_on_terminal() -> ProgressCallback | None:
     return show
 
 
+def _warn_about_coverage(scenario: Document, workload: Document, timing: Document) -> None:
+    """Say before a long replay that it may stop at the first step a measured profile lacks."""
+    outside = limits_outside_coverage(scenario.value, workload.value, timing.value)
+    if not outside:
+        return
+    print(
+        "servesim: warning: the scenario lets steps reach beyond the timing profile's coverage; "
+        "the replay stops (exit 3) at the first step outside it (R43):",
+        file=sys.stderr,
+    )
+    for line in outside:
+        print(f"  {line}", file=sys.stderr)
+
+
 def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if arguments.describe:
         print(json.dumps(description(__version__), indent=2))
@@ -74,15 +91,19 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if missing:
         parser.error(f"replay needs {', '.join(missing)}")
     inputs = (arguments.scenario, arguments.workload, arguments.timing_profile)
-    if any(same_file(arguments.output, given) for given in inputs):
+    if arguments.output != STANDARD_OUTPUT and any(
+        same_file(arguments.output, given) for given in inputs
+    ):
         print(
             f"servesim: invalid input: the output {arguments.output} is one of the inputs",
             file=sys.stderr,
         )
         return EXIT_INVALID_INPUT
     try:
+        documents = read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile)
+        _warn_about_coverage(*documents)
         report = replay_chunks(
-            *read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile),
+            *documents,
             trace=arguments.trace,
             progress=_progress_on_terminal(),
         )
@@ -93,14 +114,9 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return EXIT_OUT_OF_COVERAGE
     except ServesimError as error:
         return report_invalid(error)
-    try:
-        write_atomically(arguments.output, report)
-    except OSError as error:
-        print(
-            f"servesim: cannot write the report to {arguments.output}: {error.strerror}",
-            file=sys.stderr,
-        )
-        return EXIT_INVALID_INPUT
+    written = write_output(arguments.output, report, "the report")
+    if written != EXIT_OK:
+        return written
     if sys.stderr.isatty():
         print(f"\rservesim: report written to {arguments.output}", " " * 30, file=sys.stderr)
     return EXIT_OK

@@ -6,17 +6,19 @@ import argparse
 import sys
 from fractions import Fraction
 from pathlib import Path
+from typing import TextIO
 
-from servesim.canonical import write_atomically
 from servesim.documents import load_document
 from servesim.errors import ServesimError
 from servesim.importers import READERS, ImportOptions, select, workload_bytes
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import (
+    STANDARD_OUTPUT,
     non_negative_fraction,
     positive_fraction,
     positive_int,
     report_invalid,
+    write_output,
 )
 
 
@@ -24,7 +26,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("format", choices=sorted(READERS), help="the trace's format")
     parser.add_argument("trace", metavar="FILE", help="the trace file")
     parser.add_argument(
-        "-o", "--output", required=True, metavar="FILE", help="the workload to write"
+        "-o", "--output", required=True, metavar="FILE", help="the workload to write ('-': stdout)"
     )
     parser.add_argument("--limit", type=positive_int, metavar="N", help="keep the first N requests")
     parser.add_argument(
@@ -43,8 +45,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     window = arguments.window or (Fraction(0), None)
+    if window[1] is not None and window[0] >= window[1]:
+        parser.error(f"argument --window: START must be below END, found {window[0]} {window[1]}")
     options = ImportOptions(
         limit=arguments.limit,
         window_start_s=window[0],
@@ -67,19 +71,22 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
     except ServesimError as error:
         print(f"servesim: {arguments.trace} does not make a valid workload:", file=sys.stderr)
         return report_invalid(error)
-    try:
-        write_atomically(arguments.output, data)
-    except OSError as error:
-        print(f"servesim: cannot write {arguments.output}: {error.strerror}", file=sys.stderr)
-        return EXIT_INVALID_INPUT
+    written = write_output(arguments.output, data, "the workload")
+    if written != EXIT_OK:
+        return written
     if arguments.format == "mooncake":
         print(
             "servesim: note: Mooncake prefix hash_ids were dropped (the v1 workload cannot hold "
             "them yet)",
             file=sys.stderr,
         )
-    print(f"{arguments.output}: {count} requests")
+    print(f"{arguments.output}: {count} requests", file=_status_stream(arguments.output))
     return EXIT_OK
+
+
+def _status_stream(output: str) -> TextIO:
+    """Where a status line goes: stdout, unless the document itself is written there."""
+    return sys.stderr if output == STANDARD_OUTPUT else sys.stdout
 
 
 COMMAND = Command(

@@ -22,6 +22,7 @@ import bisect
 import hashlib
 import json
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -64,6 +65,10 @@ _DEGENERATE = 1e-9
 MIN_KNOTS = 2
 MIN_GRID_POINTS = 2
 PROFILE_VERSION = "1.1"
+#: Fewer held-out lines than this, and the error percentiles are flagged as weak.
+MIN_TRUSTED_HELD_OUT = 20
+#: Fewer fitting lines per regression coefficient than this, and the fit is flagged as weak.
+MIN_FITTING_PER_COEFFICIENT = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +233,13 @@ def _read_line(raw: bytes, line: int) -> Measurement | list[str]:
 
 def parse_measurements(data: bytes, file: str) -> tuple[Measurement, ...]:
     """R44: the measurement lines of a JSON Lines file, or ``InvalidMeasurements`` listing every
-    bad line (the first ``MAX_LISTED_PROBLEMS`` of them, then how many more)."""
+    bad line (the first ``MAX_LISTED_PROBLEMS`` of them, then how many more).
+
+    A report with a trace (R30) is read as the measurements its trace entries are: a report
+    written by ``servesim replay --trace`` can be calibrated from directly.
+    """
+    if _looks_like_a_report(data):
+        return report_measurements(data, file)
     lines = data.split(b"\n")
     if lines[-1] == b"":  # the final newline ends the last line; it does not start another
         lines.pop()
@@ -246,6 +257,43 @@ def parse_measurements(data: bytes, file: str) -> tuple[Measurement, ...]:
             problems.extend(f"{file}:{number}: {problem}" for problem in result)
     if problems:
         raise InvalidMeasurements(_capped(problems))
+    return tuple(measurements)
+
+
+def _looks_like_a_report(data: bytes) -> bool:
+    """Whether the file opens as a report document (its first member is ``document``, as
+    RFC 8785 and any pretty-printed report have it) rather than as a measurement line."""
+    head = data[:64].lstrip()
+    return head.startswith(b"{") and re.match(rb'\{\s*"document"\s*:\s*"report"', head) is not None
+
+
+def report_measurements(data: bytes, file: str) -> tuple[Measurement, ...]:
+    """R44: each trace entry of a checked report as a measurement line (its ``shape`` and
+    ``end_us - start_us``), numbered from 1 in trace order; a report without a trace has none."""
+    report = load_document(data, file, "report").value
+    if report["trace"] is None:
+        raise InvalidMeasurements(
+            [
+                f"{file}: a report without a trace has no steps to calibrate from; "
+                "replay with --trace"
+            ]
+        )
+    measurements: list[Measurement] = []
+    problems: list[str] = []
+    for number, entry in enumerate(report["trace"], start=1):
+        value = {**entry["shape"], "duration_us": entry["end_us"] - entry["start_us"]}
+        found = _member_problems(value)
+        if found:
+            problems.extend(f"{file}: at /trace/{number - 1}: {problem}" for problem in found)
+            continue
+        shape = StepShape(
+            value["decode_requests"], value["context_tokens"], value["prefill_tokens"]
+        )
+        measurements.append(Measurement(number, shape, value["duration_us"]))
+    if problems:
+        raise InvalidMeasurements(_capped(problems))
+    if not measurements:
+        raise InvalidMeasurements([f"{file}: the report's trace has no steps"])
     return tuple(measurements)
 
 
@@ -713,6 +761,29 @@ class Calibration:
     knots: tuple[int, ...]
     grid_shape: tuple[int, int, int]
     models: tuple[ModelSummary, ...]
+
+    def warnings(self) -> list[str]:
+        """What makes the figures weak: too few held-out lines for their percentiles to mean
+        much, too few fitting lines for the regression's coefficients. Not errors (a small
+        calibration is still a calibration), but a person must not read 0.5 % off three lines
+        as a property of the model."""
+        held_out = self.models[0].held_out_lines
+        fitting = self.lines - held_out
+        coefficients = len(self.knots) + 2  # intercept, knots after the first, D and C
+        found = []
+        if held_out < MIN_TRUSTED_HELD_OUT:
+            found.append(
+                f"only {_count(held_out, 'held-out line')}: error percentiles need at least "
+                f"{MIN_TRUSTED_HELD_OUT} to say much (measure more steps, or raise "
+                "--holdout-percent)"
+            )
+        if fitting < MIN_FITTING_PER_COEFFICIENT * coefficients:
+            found.append(
+                f"only {_count(fitting, 'fitting line')} for {coefficients} regression "
+                f"coefficients: at least {MIN_FITTING_PER_COEFFICIENT} per coefficient "
+                "keep a fit from following the noise"
+            )
+        return found
 
     def summary_value(self) -> dict[str, Any]:
         """The figures for scripts (``--summary-json``)."""

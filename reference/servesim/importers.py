@@ -125,6 +125,15 @@ def _azure_ticks(text: str, file: str, line: int) -> int:
     return seconds * 10_000_000 + int((fraction or "").ljust(7, "0"))
 
 
+def _shown_header(header: list[str] | None) -> str:
+    """A header line as the file has it (not a Python list), shortened: the wrong format's
+    first line can be a whole JSON record."""
+    if header is None:
+        return "an empty file"
+    text = ",".join(header)
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
 def azure_records(path: Path) -> Iterator[TraceRecord]:
     """Azure LLM inference CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``."""
     file = str(path)
@@ -136,7 +145,7 @@ def azure_records(path: Path) -> Iterator[TraceRecord]:
             file,
             1,
             "(header)",
-            f"expected TIMESTAMP,ContextTokens,GeneratedTokens, found {header}",
+            "expected TIMESTAMP,ContextTokens,GeneratedTokens, found " + _shown_header(header),
         )
     for row in reader:
         line = reader.line_num

@@ -140,8 +140,9 @@ class MigrationChain:
                         InputProblem(
                             "",
                             "/schema_version",
-                            f"no migration of {kind} documents from {version!r} to {goal!r}; "
-                            "this servesim migrates from: "
+                            f"no migration of {kind} documents from {source!r} to {goal!r}"
+                            + (f" (the steps stop at {version!r})" if version != source else "")
+                            + "; this servesim migrates from: "
                             + ", ".join(repr(each) for each in self.sources(kind)),
                         )
                     ]

@@ -20,8 +20,11 @@ import json
 import re
 import subprocess
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+from jsonschema_specifications import REGISTRY as SPECIFICATIONS  # type: ignore[import-untyped]
 
 from servesim.migrations import version_key
 from servesim_conformance.evolution.oracle import latest_version, version_values
@@ -58,11 +61,39 @@ class SchemaFile:
 
 
 def parse_schema(data: bytes, path: str) -> Any:
-    """The parsed schema, or ``CatalogError`` naming the file."""
+    """The parsed schema, or ``CatalogError`` naming the file.
+
+    An object must use at least one Draft 2020-12 keyword. That refuses an instance document
+    passed by mistake (``scenario.json`` for ``scenario.schema.json``): the meta-schema alone
+    accepts any object, since unknown members are allowed, and the diff would then compare
+    nothing and call it compatible.
+    """
     try:
-        return json.loads(data.decode("utf-8"))
+        schema = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CatalogError(f"{path}: not a JSON schema ({error})") from None
+    if not isinstance(schema, dict):  # compare() judges booleans and non-schemas itself
+        return schema
+    if schema and not schema.keys() & _schema_keywords():  # {} is a schema: it accepts all
+        document = schema.get("document")
+        hint = f" (it looks like a {document} document)" if isinstance(document, str) else ""
+        raise CatalogError(
+            f"{path}: not a JSON schema: it uses none of the Draft 2020-12 keywords{hint}; "
+            "pass the schema files, e.g. schemas/v1/scenario.schema.json"
+        )
+    return schema
+
+
+@cache
+def _schema_keywords() -> frozenset[str]:
+    """Every keyword the Draft 2020-12 vocabularies define (from their meta-schemas)."""
+    registry = SPECIFICATIONS
+    return frozenset(
+        keyword
+        for uri in registry
+        if uri.startswith("https://json-schema.org/draft/2020-12/meta/")
+        for keyword in registry[uri].contents.get("properties", {})
+    )
 
 
 def _schema_file(path: str, data: bytes, version: str | None, major: int) -> SchemaFile:

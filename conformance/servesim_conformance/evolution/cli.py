@@ -159,17 +159,17 @@ def _diff(arguments: argparse.Namespace) -> int:
         old_files, old_single = _read_side(arguments.old)
         new_files, new_single = _read_side(arguments.new)
         if old_single and new_single:
-            pairs = [
-                (arguments.new, next(iter(old_files.values())), next(iter(new_files.values())))
-            ]
+            (old_only,), (new_only,) = old_files.values(), new_files.values()
+            pairs = [(arguments.new, arguments.old, arguments.new, old_only, new_only)]
         else:
             pairs = [
-                (name, old_files[name], new_files[name])
-                for name in sorted(old_files)
+                (name, f"{arguments.old}/{name}", f"{arguments.new}/{name}", old, new_files[name])
+                for name, old in sorted(old_files.items())
                 if name in new_files
             ]
-        parsed = [
-            (name, parse_schema(old, name), parse_schema(new, name)) for name, old, new in pairs
+        parsed = [  # each side is named by its own path in a message
+            (name, parse_schema(old, old_path), parse_schema(new, new_path))
+            for name, old_path, new_path, old, new in pairs
         ]
     except CatalogError as error:
         print(f"servesim schema diff: {error}", file=sys.stderr)
