@@ -21,9 +21,10 @@ Where no rule decides, the effect is ``UNKNOWN``; a generated document may still
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from servesim_conformance.evolution.keywords import (
     ANNOTATIONS,
@@ -94,6 +95,46 @@ _HANDLED = (
 )
 
 
+_Value = TypeVar("_Value")
+
+
+def _added_removed_or(
+    name: str,
+    before: _Value | None,
+    after: _Value | None,
+    both: Callable[[_Value, _Value], tuple[str, Shape]],
+) -> tuple[str, Shape]:
+    """A constraint on one side only is ``<name>_added`` (a restriction) or ``<name>_removed``
+    (a relaxation); on both sides, ``both`` judges how it changed."""
+    if before is None:
+        return f"{name}_added", Shape.RESTRICT
+    if after is None:
+        return f"{name}_removed", Shape.RELAX
+    return both(before, after)
+
+
+def _set_change(
+    name: str, grown: str, before: frozenset[Any], after: frozenset[Any]
+) -> tuple[str, Shape]:
+    """Two sets of what is accepted (types, values): a superset relaxes, a subset restricts."""
+    if before < after:
+        return f"{name}_{grown}", Shape.RELAX
+    if after < before:
+        return f"{name}_narrowed", Shape.RESTRICT
+    return f"{name}_changed", Shape.CHANGE
+
+
+def _step_change(before: Any, after: Any) -> tuple[str, Shape]:
+    """``multipleOf`` on both sides: a step that divides the old one accepts every old multiple."""
+    ratio_old = Fraction(str(before)) / Fraction(str(after))
+    ratio_new = Fraction(str(after)) / Fraction(str(before))
+    if ratio_old.denominator == 1:
+        return "bound_loosened", Shape.RELAX
+    if ratio_new.denominator == 1:
+        return "bound_tightened", Shape.RESTRICT
+    return "bound_changed", Shape.CHANGE
+
+
 #: Stands for "the keyword's own value in that schema" where a change's old or new value is given.
 _KEYWORD_VALUE: Any = object()
 
@@ -111,6 +152,11 @@ class _Site:
     def both(self, keyword: str) -> tuple[Any, Any]:
         """``keyword``'s value in the old and the new subschema (None where absent)."""
         return self.old.get(keyword), self.new.get(keyword)
+
+    def differs(self, keyword: str) -> bool:
+        """Whether ``keyword``'s value is not the same on both sides (absent is None)."""
+        before, after = self.both(keyword)
+        return bool(before != after)
 
     def required(self) -> tuple[set[str], set[str]]:
         """The property names each side requires."""
@@ -315,13 +361,11 @@ class _Walk:
     def annotations(self, site: _Site) -> None:
         """Annotation edits: safe at any polarity, since no reader accepts more or less."""
         for keyword in sorted(ANNOTATIONS & (set(site.old) | set(site.new))):
-            before, after = site.both(keyword)
-            if before != after:
+            if site.differs(keyword):
                 self.emit_keyword(site, keyword, "annotation_changed", Shape.ANNOTATION)
 
     def identity(self, site: _Site) -> None:
-        before, after = site.both("$id")
-        if before != after:
+        if site.differs("$id"):
             self.emit_keyword(
                 site,
                 "$id",
@@ -330,38 +374,26 @@ class _Walk:
                 detail="only local references are used, so validation is unchanged",
             )
         for keyword in ("$schema", "$anchor"):
-            before, after = site.both(keyword)
-            if before != after:
+            if site.differs(keyword):
                 kind = "dialect_changed" if keyword == "$schema" else "anchor_changed"
                 self.emit_keyword(site, keyword, kind, Shape.UNKNOWN)
 
     def type(self, site: _Site) -> None:
         before, after = site.types
-        if before == after:
-            return
-        if before < after:
-            kind, shape = "type_widened", Shape.RELAX
-        elif after < before:
-            kind, shape = "type_narrowed", Shape.RESTRICT
-        else:
-            kind, shape = "type_changed", Shape.CHANGE
-        self.emit_keyword(site, "type", kind, shape)
+        if before != after:
+            self.emit_keyword(site, "type", *_set_change("type", "widened", before, after))
 
     def values(self, site: _Site) -> None:
         old, new = site.old, site.new
         before, after = value_set(old), value_set(new)
         if before == after:
             return
-        if before is None:
-            kind, shape = "enum_added", Shape.RESTRICT
-        elif after is None:
-            kind, shape = "enum_removed", Shape.RELAX
-        elif before < after:
-            kind, shape = "enum_extended", Shape.RELAX
-        elif after < before:
-            kind, shape = "enum_narrowed", Shape.RESTRICT
-        else:
-            kind, shape = "enum_changed", Shape.CHANGE
+        kind, shape = _added_removed_or(
+            "enum",
+            before,
+            after,
+            lambda before, after: _set_change("enum", "extended", before, after),
+        )
         keyword = "enum" if "enum" in new or ("enum" in old and "const" not in new) else "const"
         self.emit_keyword(
             site,
@@ -409,14 +441,16 @@ class _Walk:
         lower: bool,
     ) -> None:
         """One bound that moved; ``keyword`` is how it is spelled now, ``family`` its rule."""
-        if before is None:
-            kind, shape = "bound_added", Shape.RESTRICT
-        elif after is None:
-            kind, shape = "bound_removed", Shape.RELAX
-        else:
-            relaxed = looser(after, before, lower)
-            kind = "bound_loosened" if relaxed else "bound_tightened"
-            shape = Shape.RELAX if relaxed else Shape.RESTRICT
+        kind, shape = _added_removed_or(
+            "bound",
+            before,
+            after,
+            lambda before, after: (
+                ("bound_loosened", Shape.RELAX)
+                if looser(after, before, lower)
+                else ("bound_tightened", Shape.RESTRICT)
+            ),
+        )
         self.emit(
             child(site.pointer, keyword),
             kind,
@@ -431,35 +465,18 @@ class _Walk:
 
     def multiple_of(self, site: _Site) -> None:
         before, after = site.both("multipleOf")
-        if before == after:
-            return
-        if before is None:
-            kind, shape = "bound_added", Shape.RESTRICT
-        elif after is None:
-            kind, shape = "bound_removed", Shape.RELAX
-        else:
-            ratio_old = Fraction(str(before)) / Fraction(str(after))
-            ratio_new = Fraction(str(after)) / Fraction(str(before))
-            if ratio_old.denominator == 1:  # every multiple of the old step is one of the new
-                kind, shape = "bound_loosened", Shape.RELAX
-            elif ratio_new.denominator == 1:
-                kind, shape = "bound_tightened", Shape.RESTRICT
-            else:
-                kind, shape = "bound_changed", Shape.CHANGE
-        self.emit_keyword(site, "multipleOf", kind, shape)
+        if before != after:
+            kind, shape = _added_removed_or("bound", before, after, _step_change)
+            self.emit_keyword(site, "multipleOf", kind, shape)
 
     def strings(self, site: _Site) -> None:
         before, after = site.both("pattern")
         if before != after:
-            if before is None:
-                kind, shape = "pattern_added", Shape.RESTRICT
-            elif after is None:
-                kind, shape = "pattern_removed", Shape.RELAX
-            else:
-                kind, shape = "pattern_changed", Shape.UNKNOWN
+            kind, shape = _added_removed_or(
+                "pattern", before, after, lambda _old, _new: ("pattern_changed", Shape.UNKNOWN)
+            )
             self.emit_keyword(site, "pattern", kind, shape)
-        before, after = site.both("format")
-        if before != after:
+        if site.differs("format"):
             self.emit_keyword(
                 site,
                 "format",
