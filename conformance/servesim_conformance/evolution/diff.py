@@ -21,9 +21,10 @@ Where no rule decides, the effect is ``UNKNOWN``; a generated document may still
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from servesim_conformance.evolution.keywords import (
     ANNOTATIONS,
@@ -94,6 +95,78 @@ _HANDLED = (
 )
 
 
+_Value = TypeVar("_Value")
+
+
+def _added_removed_or(
+    name: str,
+    before: _Value | None,
+    after: _Value | None,
+    both: Callable[[_Value, _Value], tuple[str, Shape]],
+) -> tuple[str, Shape]:
+    """A constraint on one side only is ``<name>_added`` (a restriction) or ``<name>_removed``
+    (a relaxation); on both sides, ``both`` judges how it changed."""
+    if before is None:
+        return f"{name}_added", Shape.RESTRICT
+    if after is None:
+        return f"{name}_removed", Shape.RELAX
+    return both(before, after)
+
+
+def _set_change(
+    name: str, grown: str, before: frozenset[Any], after: frozenset[Any]
+) -> tuple[str, Shape]:
+    """Two sets of what is accepted (types, values): a superset relaxes, a subset restricts."""
+    if before < after:
+        return f"{name}_{grown}", Shape.RELAX
+    if after < before:
+        return f"{name}_narrowed", Shape.RESTRICT
+    return f"{name}_changed", Shape.CHANGE
+
+
+def _step_change(before: Any, after: Any) -> tuple[str, Shape]:
+    """``multipleOf`` on both sides: a step that divides the old one accepts every old multiple."""
+    ratio_old = Fraction(str(before)) / Fraction(str(after))
+    ratio_new = Fraction(str(after)) / Fraction(str(before))
+    if ratio_old.denominator == 1:
+        return "bound_loosened", Shape.RELAX
+    if ratio_new.denominator == 1:
+        return "bound_tightened", Shape.RESTRICT
+    return "bound_changed", Shape.CHANGE
+
+
+#: Stands for "the keyword's own value in that schema" where a change's old or new value is given.
+_KEYWORD_VALUE: Any = object()
+
+
+@dataclass(frozen=True)
+class _Site:
+    """Two object subschemas at the same pointer: everything a keyword's rule reads there."""
+
+    old: dict[str, Any]
+    new: dict[str, Any]
+    pointer: str
+    polarity: Polarity
+    types: tuple[frozenset[str], frozenset[str]]
+
+    def both(self, keyword: str) -> tuple[Any, Any]:
+        """``keyword``'s value in the old and the new subschema (None where absent)."""
+        return self.old.get(keyword), self.new.get(keyword)
+
+    def differs(self, keyword: str) -> bool:
+        """Whether ``keyword``'s value is not the same on both sides (absent is None)."""
+        before, after = self.both(keyword)
+        return bool(before != after)
+
+    def required(self) -> tuple[set[str], set[str]]:
+        """The property names each side requires."""
+        return set(self.old.get("required", [])), set(self.new.get("required", []))
+
+    def under(self, polarity: Polarity) -> _Site:
+        """The same place, seen under another polarity (inside ``not``, ``oneOf``, a branch)."""
+        return replace(self, polarity=polarity)
+
+
 @dataclass
 class _Walk:
     """One comparison in progress: the two roots and the changes found so far."""
@@ -105,6 +178,32 @@ class _Walk:
     followed: set[tuple[str, str]] = field(default_factory=set)
 
     # --- emitting ------------------------------------------------------------------------
+
+    def record(
+        self,
+        pointer: str,
+        kind: str,
+        effect: tuple[Effect, Effect],
+        *,
+        old: Any = None,
+        new: Any = None,
+        detail: str = "",
+        keys: tuple[str, ...] = (),
+    ) -> None:
+        """Add a change whose (backward, forward) ``effect`` is already known."""
+        backward, forward = effect
+        self.changes.append(
+            Change(
+                pointer=pointer,
+                kind=kind,
+                backward=backward,
+                forward=forward,
+                detail=detail,
+                old=old,
+                new=new,
+                keys=keys,
+            )
+        )
 
     def emit(
         self,
@@ -120,18 +219,42 @@ class _Walk:
         types: tuple[frozenset[str], frozenset[str]] | None = None,
         keys: tuple[str, ...] = (),
     ) -> None:
-        backward, forward = effects(shape, polarity, keyword, types)
-        self.changes.append(
-            Change(
-                pointer=pointer,
-                kind=kind,
-                backward=backward,
-                forward=forward,
-                detail=detail,
-                old=old,
-                new=new,
-                keys=keys,
-            )
+        """Add a change of ``shape``, its effects given by the rules (``rules.effects``)."""
+        effect = effects(shape, polarity, keyword, types)
+        self.record(pointer, kind, effect, old=old, new=new, detail=detail, keys=keys)
+
+    def emit_keyword(
+        self,
+        site: _Site,
+        keyword: str,
+        kind: str,
+        shape: Shape,
+        *,
+        below: tuple[str | int, ...] = (),
+        old: Any = _KEYWORD_VALUE,
+        new: Any = _KEYWORD_VALUE,
+        detail: str = "",
+        keys: tuple[str, ...] = (),
+    ) -> None:
+        """A change of ``keyword`` at ``site`` (or ``below`` it), all located from the one name.
+
+        The pointer, the keyword the rules weigh and the types come from ``site`` and
+        ``keyword``; ``old`` and ``new`` default to the keyword's value on each side. The rules
+        use the keyword and types only for a keyword that constrains some types alone, and then
+        only to soften a break, so they are given for every keyword.
+        """
+        before, after = site.both(keyword)
+        self.emit(
+            child(site.pointer, keyword, *below),
+            kind,
+            shape,
+            site.polarity,
+            old=before if old is _KEYWORD_VALUE else old,
+            new=after if new is _KEYWORD_VALUE else new,
+            detail=detail,
+            keyword=keyword,
+            types=site.types,
+            keys=keys,
         )
 
     def effective(self, pointer: str, polarity: Polarity) -> Polarity:
@@ -173,32 +296,35 @@ class _Walk:
             if old != new:
                 self.emit(pointer, "schema_changed", Shape.UNKNOWN, polarity, old=old, new=new)
             return
-        types = (type_atoms(old), type_atoms(new))
-        self.annotations(old, new, pointer)
-        self.identity(old, new, pointer, polarity)
-        self.type(old, new, pointer, polarity)
-        self.values(old, new, pointer, polarity)
-        self.bounds(old, new, pointer, polarity, types)
-        self.multiple_of(old, new, pointer, polarity, types)
-        self.strings(old, new, pointer, polarity, types)
-        self.unique_items(old, new, pointer, polarity, types)
-        self.objects(old, new, pointer, polarity, types)
-        self.arrays(old, new, pointer, polarity, types)
-        self.conditions(old, new, pointer, polarity)
-        self.combinators(old, new, pointer, polarity)
-        self.reference(old, new, pointer, polarity)
-        self.definitions(old, new, pointer)
-        for keyword in sorted((set(old) | set(new)) - _HANDLED):
-            if canonical_value(old.get(keyword)) != canonical_value(new.get(keyword)):
-                self.emit(
-                    child(pointer, keyword),
-                    "keyword_changed",
-                    Shape.UNKNOWN,
-                    polarity,
-                    old=old.get(keyword),
-                    new=new.get(keyword),
-                    detail=f"no rule for {keyword!r}",
-                )
+        site = _Site(old, new, pointer, polarity, (type_atoms(old), type_atoms(new)))
+        for rule in (
+            self.annotations,
+            self.identity,
+            self.type,
+            self.values,
+            self.bounds,
+            self.multiple_of,
+            self.strings,
+            self.unique_items,
+            self.objects,
+            self.arrays,
+            self.conditions,
+            self.combinators,
+            self.reference,
+            self.definitions,
+            self.unhandled,
+        ):
+            rule(site)
+
+    def subschema(self, site: _Site, keyword: str) -> None:
+        """Compare the subschemas under ``keyword`` if either side has one (absent is ``true``)."""
+        if keyword in site.old or keyword in site.new:
+            self.node(
+                site.old.get(keyword, True),
+                site.new.get(keyword, True),
+                child(site.pointer, keyword),
+                site.polarity,
+            )
 
     def version(self, old: Any, new: Any, pointer: str) -> None:
         """The version member: its change is the version bump, judged by the policy, not here.
@@ -232,98 +358,60 @@ class _Walk:
             return True
         return False
 
-    def annotations(self, old: dict[str, Any], new: dict[str, Any], pointer: str) -> None:
-        for keyword in sorted(ANNOTATIONS & (set(old) | set(new))):
-            if old.get(keyword) != new.get(keyword):
-                self.emit(
-                    child(pointer, keyword),
-                    "annotation_changed",
-                    Shape.ANNOTATION,
-                    1,
-                    old=old.get(keyword),
-                    new=new.get(keyword),
-                )
+    def annotations(self, site: _Site) -> None:
+        """Annotation edits: safe at any polarity, since no reader accepts more or less."""
+        for keyword in sorted(ANNOTATIONS & (set(site.old) | set(site.new))):
+            if site.differs(keyword):
+                self.emit_keyword(site, keyword, "annotation_changed", Shape.ANNOTATION)
 
-    def identity(
-        self, old: dict[str, Any], new: dict[str, Any], pointer: str, polarity: Polarity
-    ) -> None:
-        if old.get("$id") != new.get("$id"):
-            self.emit(
-                child(pointer, "$id"),
+    def identity(self, site: _Site) -> None:
+        if site.differs("$id"):
+            self.emit_keyword(
+                site,
+                "$id",
                 "id_changed",
                 Shape.ANNOTATION,
-                1,
-                old=old.get("$id"),
-                new=new.get("$id"),
                 detail="only local references are used, so validation is unchanged",
             )
         for keyword in ("$schema", "$anchor"):
-            if old.get(keyword) != new.get(keyword):
-                self.emit(
-                    child(pointer, keyword),
-                    "dialect_changed" if keyword == "$schema" else "anchor_changed",
-                    Shape.UNKNOWN,
-                    polarity,
-                    old=old.get(keyword),
-                    new=new.get(keyword),
-                )
+            if site.differs(keyword):
+                kind = "dialect_changed" if keyword == "$schema" else "anchor_changed"
+                self.emit_keyword(site, keyword, kind, Shape.UNKNOWN)
 
-    def type(
-        self, old: dict[str, Any], new: dict[str, Any], pointer: str, polarity: Polarity
-    ) -> None:
-        before, after = type_atoms(old), type_atoms(new)
-        if before == after:
-            return
-        if before < after:
-            kind, shape = "type_widened", Shape.RELAX
-        elif after < before:
-            kind, shape = "type_narrowed", Shape.RESTRICT
-        else:
-            kind, shape = "type_changed", Shape.CHANGE
-        self.emit(
-            child(pointer, "type"), kind, shape, polarity, old=old.get("type"), new=new.get("type")
-        )
+    def type(self, site: _Site) -> None:
+        before, after = site.types
+        if before != after:
+            self.emit_keyword(site, "type", *_set_change("type", "widened", before, after))
 
-    def values(
-        self, old: dict[str, Any], new: dict[str, Any], pointer: str, polarity: Polarity
-    ) -> None:
+    def values(self, site: _Site) -> None:
+        old, new = site.old, site.new
         before, after = value_set(old), value_set(new)
         if before == after:
             return
-        if before is None:
-            kind, shape = "enum_added", Shape.RESTRICT
-        elif after is None:
-            kind, shape = "enum_removed", Shape.RELAX
-        elif before < after:
-            kind, shape = "enum_extended", Shape.RELAX
-        elif after < before:
-            kind, shape = "enum_narrowed", Shape.RESTRICT
-        else:
-            kind, shape = "enum_changed", Shape.CHANGE
+        kind, shape = _added_removed_or(
+            "enum",
+            before,
+            after,
+            lambda before, after: _set_change("enum", "extended", before, after),
+        )
         keyword = "enum" if "enum" in new or ("enum" in old and "const" not in new) else "const"
-        self.emit(
-            child(pointer, keyword),
+        self.emit_keyword(
+            site,
+            keyword,
             kind,
             shape,
-            polarity,
             old=old.get("enum", old.get("const")),
             new=new.get("enum", new.get("const")),
-            keys=(child(pointer, "enum"),),
+            keys=(child(site.pointer, "enum"),),
         )
 
-    def bounds(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-    ) -> None:
+    def bounds(self, site: _Site) -> None:
         """Numeric, length, size and count bounds, an inclusive and exclusive pair taken as one."""
+        old, new = site.old, site.new
         numeric = [("minimum", "exclusiveMinimum", True), ("maximum", "exclusiveMaximum", False)]
         for inclusive, exclusive, lower in numeric:
-            before = numeric_bound(old, inclusive, exclusive, lower, types[0])
-            after = numeric_bound(new, inclusive, exclusive, lower, types[1])
+            before = numeric_bound(old, inclusive, exclusive, lower, site.types[0])
+            after = numeric_bound(new, inclusive, exclusive, lower, site.types[1])
             if before == after:
                 continue
             keyword = (
@@ -331,319 +419,184 @@ class _Walk:
                 if exclusive in new or (exclusive in old and inclusive not in new)
                 else inclusive
             )
-            self.bound(pointer, keyword, inclusive, before, after, lower, polarity, types, old, new)
+            self.bound(site, keyword, inclusive, before, after, lower)
         for keyword in sorted(
             (LOWER_BOUNDS | UPPER_BOUNDS)
             - {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
         ):
-            before_value, after_value = old.get(keyword), new.get(keyword)
+            before_value, after_value = site.both(keyword)
             if before_value == after_value:
                 continue
-            lower = keyword in LOWER_BOUNDS
             before = None if before_value is None else (Fraction(str(before_value)), False)
             after = None if after_value is None else (Fraction(str(after_value)), False)
-            self.bound(pointer, keyword, keyword, before, after, lower, polarity, types, old, new)
+            self.bound(site, keyword, keyword, before, after, keyword in LOWER_BOUNDS)
 
     def bound(
         self,
-        pointer: str,
+        site: _Site,
         keyword: str,
         family: str,
         before: tuple[Fraction, bool] | None,
         after: tuple[Fraction, bool] | None,
         lower: bool,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-        old: dict[str, Any],
-        new: dict[str, Any],
     ) -> None:
-        if before is None:
-            kind, shape = "bound_added", Shape.RESTRICT
-        elif after is None:
-            kind, shape = "bound_removed", Shape.RELAX
-        else:
-            relaxed = looser(after, before, lower)
-            kind = "bound_loosened" if relaxed else "bound_tightened"
-            shape = Shape.RELAX if relaxed else Shape.RESTRICT
+        """One bound that moved; ``keyword`` is how it is spelled now, ``family`` its rule."""
+        kind, shape = _added_removed_or(
+            "bound",
+            before,
+            after,
+            lambda before, after: (
+                ("bound_loosened", Shape.RELAX)
+                if looser(after, before, lower)
+                else ("bound_tightened", Shape.RESTRICT)
+            ),
+        )
         self.emit(
-            child(pointer, keyword),
+            child(site.pointer, keyword),
             kind,
             shape,
-            polarity,
-            old=bound_value(old, keyword, family),
-            new=bound_value(new, keyword, family),
+            site.polarity,
+            old=bound_value(site.old, keyword, family),
+            new=bound_value(site.new, keyword, family),
             keyword=family,
-            types=types,
-            keys=(child(pointer, family),),
+            types=site.types,
+            keys=(child(site.pointer, family),),
         )
 
-    def multiple_of(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-    ) -> None:
-        before, after = old.get("multipleOf"), new.get("multipleOf")
-        if before == after:
-            return
-        if before is None:
-            kind, shape = "bound_added", Shape.RESTRICT
-        elif after is None:
-            kind, shape = "bound_removed", Shape.RELAX
-        else:
-            ratio_old = Fraction(str(before)) / Fraction(str(after))
-            ratio_new = Fraction(str(after)) / Fraction(str(before))
-            if ratio_old.denominator == 1:  # every multiple of the old step is one of the new
-                kind, shape = "bound_loosened", Shape.RELAX
-            elif ratio_new.denominator == 1:
-                kind, shape = "bound_tightened", Shape.RESTRICT
-            else:
-                kind, shape = "bound_changed", Shape.CHANGE
-        self.emit(
-            child(pointer, "multipleOf"),
-            kind,
-            shape,
-            polarity,
-            old=before,
-            new=after,
-            keyword="multipleOf",
-            types=types,
-        )
-
-    def strings(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-    ) -> None:
-        before, after = old.get("pattern"), new.get("pattern")
+    def multiple_of(self, site: _Site) -> None:
+        before, after = site.both("multipleOf")
         if before != after:
-            if before is None:
-                kind, shape = "pattern_added", Shape.RESTRICT
-            elif after is None:
-                kind, shape = "pattern_removed", Shape.RELAX
-            else:
-                kind, shape = "pattern_changed", Shape.UNKNOWN
-            self.emit(
-                child(pointer, "pattern"),
-                kind,
-                shape,
-                polarity,
-                old=before,
-                new=after,
-                keyword="pattern",
-                types=types,
+            kind, shape = _added_removed_or("bound", before, after, _step_change)
+            self.emit_keyword(site, "multipleOf", kind, shape)
+
+    def strings(self, site: _Site) -> None:
+        before, after = site.both("pattern")
+        if before != after:
+            kind, shape = _added_removed_or(
+                "pattern", before, after, lambda _old, _new: ("pattern_changed", Shape.UNKNOWN)
             )
-        if old.get("format") != new.get("format"):
-            self.emit(
-                child(pointer, "format"),
+            self.emit_keyword(site, "pattern", kind, shape)
+        if site.differs("format"):
+            self.emit_keyword(
+                site,
+                "format",
                 "format_changed",
                 Shape.UNKNOWN,
-                polarity,
-                old=old.get("format"),
-                new=new.get("format"),
-                keyword="format",
-                types=types,
                 detail="formats are asserted by some readers and not by others",
             )
 
-    def unique_items(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-    ) -> None:
-        before, after = bool(old.get("uniqueItems", False)), bool(new.get("uniqueItems", False))
+    def unique_items(self, site: _Site) -> None:
+        before, after = (bool(value) for value in site.both("uniqueItems"))
         if before != after:
-            self.emit(
-                child(pointer, "uniqueItems"),
-                "unique_items_added" if after else "unique_items_removed",
-                Shape.RESTRICT if after else Shape.RELAX,
-                polarity,
-                old=old.get("uniqueItems"),
-                new=new.get("uniqueItems"),
-                keyword="uniqueItems",
-                types=types,
-            )
+            kind = "unique_items_added" if after else "unique_items_removed"
+            self.emit_keyword(site, "uniqueItems", kind, Shape.RESTRICT if after else Shape.RELAX)
 
     # --- objects ---------------------------------------------------------------------------
 
-    def objects(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-    ) -> None:
-        old_properties: dict[str, Any] = old.get("properties", {})
-        new_properties: dict[str, Any] = new.get("properties", {})
-        old_required = set(old.get("required", []))
-        new_required = set(new.get("required", []))
-        if canonical_value(old.get("patternProperties", {})) != canonical_value(
-            new.get("patternProperties", {})
+    def objects(self, site: _Site) -> None:
+        old_properties: dict[str, Any] = site.old.get("properties", {})
+        new_properties: dict[str, Any] = site.new.get("properties", {})
+        old_required, new_required = site.required()
+        if canonical_value(site.old.get("patternProperties", {})) != canonical_value(
+            site.new.get("patternProperties", {})
         ):
-            self.emit(
-                child(pointer, "patternProperties"),
-                "pattern_properties_changed",
-                Shape.UNKNOWN,
-                polarity,
-                old=old.get("patternProperties"),
-                new=new.get("patternProperties"),
+            self.emit_keyword(
+                site, "patternProperties", "pattern_properties_changed", Shape.UNKNOWN
             )
         added = [name for name in new_properties if name not in old_properties]
         removed = [name for name in old_properties if name not in new_properties]
         renamed = renames(old_properties, new_properties, removed, added)
         for name, subschema in old_properties.items():
             if name in new_properties:
-                self.node(
-                    subschema, new_properties[name], child(pointer, "properties", name), polarity
-                )
+                where = child(site.pointer, "properties", name)
+                self.node(subschema, new_properties[name], where, site.polarity)
         for old_name, new_name in renamed.items():
-            self.rename(old, new, pointer, polarity, old_name, new_name, old_required, new_required)
+            self.rename(site, old_name, new_name)
         for name in removed:
             if name not in renamed:
-                self.property(old, new, pointer, polarity, name, "property_removed")
+                self.property(site, name, "property_removed")
         for name in added:
             if name not in renamed.values():
-                self.property(old, new, pointer, polarity, name, "property_added")
-        if "additionalProperties" in old or "additionalProperties" in new:
-            self.node(
-                old.get("additionalProperties", True),
-                new.get("additionalProperties", True),
-                child(pointer, "additionalProperties"),
-                polarity,
-            )
-        if "propertyNames" in old or "propertyNames" in new:
-            self.node(
-                old.get("propertyNames", True),
-                new.get("propertyNames", True),
-                child(pointer, "propertyNames"),
-                polarity,
-            )
+                self.property(site, name, "property_added")
+        self.subschema(site, "additionalProperties")
+        self.subschema(site, "propertyNames")
         settled = set(renamed) | set(renamed.values())
-        for name in sorted(new_required - old_required - settled):
-            self.emit(
-                child(pointer, "required"),
-                "required_added",
-                Shape.RESTRICT,
-                polarity,
-                new=name,
-                detail=name,
-                keyword="required",
-                types=types,
-                keys=(child(pointer, "required", name),),
-            )
-        for name in sorted(old_required - new_required - settled):
-            self.emit(
-                child(pointer, "required"),
-                "required_removed",
-                Shape.RELAX,
-                polarity,
-                old=name,
-                detail=name,
-                keyword="required",
-                types=types,
-                keys=(child(pointer, "required", name),),
-            )
-        self.dependencies(old, new, pointer, polarity, types)
+        for kind, shape, names in (
+            ("required_added", Shape.RESTRICT, new_required - old_required),
+            ("required_removed", Shape.RELAX, old_required - new_required),
+        ):
+            for name in sorted(names - settled):
+                self.emit_keyword(
+                    site,
+                    "required",
+                    kind,
+                    shape,
+                    old=None if kind == "required_added" else name,
+                    new=name if kind == "required_added" else None,
+                    detail=name,
+                    keys=(child(site.pointer, "required", name),),
+                )
+        self.dependencies(site)
 
-    def property(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        name: str,
-        kind: str,
-    ) -> None:
+    def property(self, site: _Site, name: str, kind: str) -> None:
         """A property declared on one side only: compare what each side lets that key hold."""
+        old, new = site.old, site.new
         before, after = key_schema(old, name), key_schema(new, name)
-        where = child(pointer, "properties", name)
+        where = child(site.pointer, "properties", name)
         model = content_model(old if kind == "property_added" else new)
         if before is None or after is None:
-            backward = forward = Effect.UNKNOWN
+            effect = (Effect.UNKNOWN, Effect.UNKNOWN)
         else:
-            backward, forward = self.aggregate(before, after, where, polarity)
-        self.changes.append(
-            Change(
-                pointer=where,
-                kind=kind,
-                backward=backward,
-                forward=forward,
-                detail=f"{name}, in a {model}",
-                old=None if kind == "property_added" else old["properties"][name],
-                new=new["properties"][name] if kind == "property_added" else None,
-                keys=(where,),
-            )
+            effect = self.aggregate(before, after, where, site.polarity)
+        self.record(
+            where,
+            kind,
+            effect,
+            detail=f"{name}, in a {model}",
+            old=None if kind == "property_added" else old["properties"][name],
+            new=new["properties"][name] if kind == "property_added" else None,
+            keys=(where,),
         )
 
-    def rename(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        old_name: str,
-        new_name: str,
-        old_required: set[str],
-        new_required: set[str],
-    ) -> None:
+    def rename(self, site: _Site, old_name: str, new_name: str) -> None:
         """A property removed and another added with the same meaning: one change, a rename.
 
         Its effects are those of its parts (the removal, the addition, and any change of which
         of the two names is required), so the rename is judged exactly as the edits it is.
         """
+        old_required, new_required = site.required()
         parts: list[tuple[Effect, Effect]] = []
         for name in (old_name, new_name):
-            before, after = key_schema(old, name), key_schema(new, name)
+            before, after = key_schema(site.old, name), key_schema(site.new, name)
             if before is None or after is None:
                 parts.append((Effect.UNKNOWN, Effect.UNKNOWN))
             else:
-                parts.append(
-                    self.aggregate(before, after, child(pointer, "properties", name), polarity)
-                )
+                where = child(site.pointer, "properties", name)
+                parts.append(self.aggregate(before, after, where, site.polarity))
         for name in (old_name, new_name):
             if (name in old_required) != (name in new_required):
                 shape = Shape.RESTRICT if name in new_required else Shape.RELAX
-                parts.append(effects(shape, polarity))
+                parts.append(effects(shape, site.polarity))
         backward = forward = Effect.SAFE
         for part_backward, part_forward in parts:
             backward, forward = backward.worst(part_backward), forward.worst(part_forward)
-        self.changes.append(
-            Change(
-                pointer=child(pointer, "properties", old_name),
-                kind="property_renamed",
-                backward=backward,
-                forward=forward,
-                detail=f"{old_name} -> {new_name}, in a {content_model(new)}",
-                old=old_name,
-                new=new_name,
-                keys=(
-                    child(pointer, "properties", old_name),
-                    child(pointer, "properties", new_name),
-                    child(pointer, "required", old_name),
-                    child(pointer, "required", new_name),
-                ),
-            )
+        self.record(
+            child(site.pointer, "properties", old_name),
+            "property_renamed",
+            (backward, forward),
+            detail=f"{old_name} -> {new_name}, in a {content_model(site.new)}",
+            old=old_name,
+            new=new_name,
+            keys=tuple(
+                child(site.pointer, keyword, name)
+                for keyword in ("properties", "required")
+                for name in (old_name, new_name)
+            ),
         )
 
-    def dependencies(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-    ) -> None:
-        old_required: dict[str, list[str]] = old.get("dependentRequired", {})
-        new_required: dict[str, list[str]] = new.get("dependentRequired", {})
+    def dependencies(self, site: _Site) -> None:
+        old_required: dict[str, list[str]] = site.old.get("dependentRequired", {})
+        new_required: dict[str, list[str]] = site.new.get("dependentRequired", {})
         for key in sorted(set(old_required) | set(new_required)):
             before, after = set(old_required.get(key, [])), set(new_required.get(key, []))
             if before == after:
@@ -655,110 +608,80 @@ class _Walk:
                 if after < before
                 else Shape.CHANGE
             )
-            self.emit(
-                child(pointer, "dependentRequired", key),
+            self.emit_keyword(
+                site,
+                "dependentRequired",
                 "dependency_changed",
                 shape,
-                polarity,
+                below=(key,),
                 old=sorted(before),
                 new=sorted(after),
-                keyword="dependentRequired",
-                types=types,
             )
-        old_schemas: dict[str, Any] = old.get("dependentSchemas", {})
-        new_schemas: dict[str, Any] = new.get("dependentSchemas", {})
+        old_schemas: dict[str, Any] = site.old.get("dependentSchemas", {})
+        new_schemas: dict[str, Any] = site.new.get("dependentSchemas", {})
         for key in list(old_schemas) + [key for key in new_schemas if key not in old_schemas]:
-            where = child(pointer, "dependentSchemas", key)
+            where = child(site.pointer, "dependentSchemas", key)
             if key in old_schemas and key in new_schemas:
-                self.node(old_schemas[key], new_schemas[key], where, polarity)
+                self.node(old_schemas[key], new_schemas[key], where, site.polarity)
                 continue
-            backward, forward = self.aggregate(
-                old_schemas.get(key, True), new_schemas.get(key, True), where, polarity
-            )
-            self.changes.append(
-                Change(
-                    pointer=where,
-                    kind="dependency_added" if key in new_schemas else "dependency_removed",
-                    backward=backward,
-                    forward=forward,
-                    detail=f"when {key!r} is present",
-                    old=old_schemas.get(key),
-                    new=new_schemas.get(key),
-                )
+            self.record(
+                where,
+                "dependency_added" if key in new_schemas else "dependency_removed",
+                self.aggregate(
+                    old_schemas.get(key, True), new_schemas.get(key, True), where, site.polarity
+                ),
+                detail=f"when {key!r} is present",
+                old=old_schemas.get(key),
+                new=new_schemas.get(key),
             )
 
     # --- arrays ----------------------------------------------------------------------------
 
-    def arrays(
-        self,
-        old: dict[str, Any],
-        new: dict[str, Any],
-        pointer: str,
-        polarity: Polarity,
-        types: tuple[frozenset[str], frozenset[str]],
-    ) -> None:
-        old_prefix: list[Any] = old.get("prefixItems", [])
-        new_prefix: list[Any] = new.get("prefixItems", [])
+    def arrays(self, site: _Site) -> None:
+        old_prefix: list[Any] = site.old.get("prefixItems", [])
+        new_prefix: list[Any] = site.new.get("prefixItems", [])
         if len(old_prefix) != len(new_prefix):
-            self.emit(
-                child(pointer, "prefixItems"),
+            self.emit_keyword(
+                site,
+                "prefixItems",
                 "prefix_items_changed",
                 Shape.UNKNOWN,
-                polarity,
                 old=len(old_prefix),
                 new=len(new_prefix),
                 detail="positions moved between prefixItems and items",
             )
         else:
             for index, (before, after) in enumerate(zip(old_prefix, new_prefix, strict=True)):
-                self.node(before, after, child(pointer, "prefixItems", index), polarity)
-        if "items" in old or "items" in new:
-            self.node(
-                old.get("items", True), new.get("items", True), child(pointer, "items"), polarity
+                self.node(before, after, child(site.pointer, "prefixItems", index), site.polarity)
+        self.subschema(site, "items")
+        if ("contains" in site.old) != ("contains" in site.new):
+            added = "contains" in site.new
+            self.emit_keyword(
+                site,
+                "contains",
+                "contains_added" if added else "contains_removed",
+                Shape.RESTRICT if added else Shape.RELAX,
+                old=None,
+                new=None,
             )
-        if "contains" in old or "contains" in new:
-            if "contains" not in old or "contains" not in new:
-                added = "contains" in new
-                self.emit(
-                    child(pointer, "contains"),
-                    "contains_added" if added else "contains_removed",
-                    Shape.RESTRICT if added else Shape.RELAX,
-                    polarity,
-                    keyword="contains",
-                    types=types,
-                )
-            else:
-                self.node(old["contains"], new["contains"], child(pointer, "contains"), polarity)
+        else:
+            self.subschema(site, "contains")
 
     # --- applicators ------------------------------------------------------------------------
 
-    def conditions(
-        self, old: dict[str, Any], new: dict[str, Any], pointer: str, polarity: Polarity
-    ) -> None:
+    def conditions(self, site: _Site) -> None:
         """``if``/``then``/``else``: branches are compared only while the condition is the same."""
+        old, new = site.old, site.new
         if "if" not in old and "if" not in new:
             return
         condition_same = "if" in old and "if" in new and same_meaning(old["if"], new["if"])
         if "if" in old and "if" in new:
-            self.annotations_only(old["if"], new["if"], child(pointer, "if"))
+            self.annotations_only(old["if"], new["if"], child(site.pointer, "if"))
         if not condition_same:
-            self.emit(
-                child(pointer, "if"),
-                "condition_changed",
-                Shape.UNKNOWN,
-                polarity,
-                old=old.get("if"),
-                new=new.get("if"),
-            )
-        branch_polarity = polarity if condition_same else 0
+            self.emit_keyword(site, "if", "condition_changed", Shape.UNKNOWN)
+        branches = site if condition_same else site.under(0)
         for branch in ("then", "else"):
-            if branch in old or branch in new:
-                self.node(
-                    old.get(branch, True),
-                    new.get(branch, True),
-                    child(pointer, branch),
-                    branch_polarity,
-                )
+            self.subschema(branches, branch)
 
     def annotations_only(self, old: Any, new: Any, pointer: str) -> None:
         """Report annotation edits inside a subschema whose meaning did not change."""
@@ -767,122 +690,124 @@ class _Walk:
             inner.node(old, new, pointer, 1)
             self.changes.extend(change for change in inner.changes if change.is_annotation)
 
-    def combinators(
-        self, old: dict[str, Any], new: dict[str, Any], pointer: str, polarity: Polarity
-    ) -> None:
+    def combinators(self, site: _Site) -> None:
         for keyword, added_shape in (
             ("allOf", Shape.RESTRICT),
             ("anyOf", Shape.RELAX),
             ("oneOf", Shape.UNKNOWN),
         ):
-            before: list[Any] = old.get(keyword, [])
-            after: list[Any] = new.get(keyword, [])
+            before: list[Any] = site.old.get(keyword, [])
+            after: list[Any] = site.new.get(keyword, [])
             if not before and not after:
                 continue
-            inner: Polarity = 0 if keyword == "oneOf" else polarity
+            inner = site.under(0) if keyword == "oneOf" else site
             if not before or not after:
                 # The applicator itself appears or goes: any branch now has to match, or no
                 # longer has to (an empty allOf is no constraint, so it is the same rule).
-                self.emit(
-                    child(pointer, keyword),
+                self.emit_keyword(
+                    inner,
+                    keyword,
                     "combinator_added" if after else "combinator_removed",
                     Shape.RESTRICT if after else Shape.RELAX,
-                    inner if keyword == "oneOf" else polarity,
                     old=before or None,
                     new=after or None,
                 )
                 continue
             if len(before) == len(after):
                 for index, (left, right) in enumerate(zip(before, after, strict=True)):
-                    self.node(left, right, child(pointer, keyword, index), inner)
+                    self.node(left, right, child(site.pointer, keyword, index), inner.polarity)
                 continue
-            removed_shape = {Shape.RESTRICT: Shape.RELAX, Shape.RELAX: Shape.RESTRICT}.get(
-                added_shape, Shape.UNKNOWN
+            self.branches(site, keyword, added_shape, before, after)
+        if "not" in site.old and "not" in site.new:
+            self.subschema(site.under(None if site.polarity is None else -site.polarity), "not")
+        elif "not" in site.old or "not" in site.new:
+            added = "not" in site.new
+            self.emit_keyword(
+                site,
+                "not",
+                "not_added" if added else "not_removed",
+                Shape.RESTRICT if added else Shape.RELAX,
             )
-            unmatched_new = [
-                index
-                for index, right in enumerate(after)
-                if not any(same_meaning(left, right) for left in before)
-            ]
-            unmatched_old = [
-                index
-                for index, left in enumerate(before)
-                if not any(same_meaning(left, right) for right in after)
-            ]
-            for index in unmatched_new:
-                self.emit(
-                    child(pointer, keyword, index),
-                    "branch_added",
-                    added_shape,
-                    polarity,
-                    new=after[index],
+
+    def branches(
+        self, site: _Site, keyword: str, added_shape: Shape, before: list[Any], after: list[Any]
+    ) -> None:
+        """Branches of ``keyword`` with no branch of the same meaning on the other side."""
+        removed_shape = {Shape.RESTRICT: Shape.RELAX, Shape.RELAX: Shape.RESTRICT}.get(
+            added_shape, Shape.UNKNOWN
+        )
+        for index, right in enumerate(after):
+            if not any(same_meaning(left, right) for left in before):
+                self.emit_keyword(
+                    site, keyword, "branch_added", added_shape, below=(index,), old=None, new=right
                 )
-            for index in unmatched_old:
-                self.emit(
-                    child(pointer, keyword, index),
+        for index, left in enumerate(before):
+            if not any(same_meaning(left, right) for right in after):
+                self.emit_keyword(
+                    site,
+                    keyword,
                     "branch_removed",
                     removed_shape,
-                    polarity,
-                    old=before[index],
-                )
-        if "not" in old or "not" in new:
-            if "not" in old and "not" in new:
-                flipped = None if polarity is None else -polarity
-                self.node(old["not"], new["not"], child(pointer, "not"), flipped)
-            else:
-                added = "not" in new
-                self.emit(
-                    child(pointer, "not"),
-                    "not_added" if added else "not_removed",
-                    Shape.RESTRICT if added else Shape.RELAX,
-                    polarity,
-                    old=old.get("not"),
-                    new=new.get("not"),
+                    below=(index,),
+                    old=left,
+                    new=None,
                 )
 
-    def reference(
-        self, old: dict[str, Any], new: dict[str, Any], pointer: str, polarity: Polarity
-    ) -> None:
+    def reference(self, site: _Site) -> None:
         """A ``$ref`` that now points elsewhere: compare what the two targets accept, here."""
-        before, after = old.get("$ref"), new.get("$ref")
+        before, after = site.both("$ref")
         if before == after:
             return
-        where = child(pointer, "$ref")
+        where = child(site.pointer, "$ref")
         if before is None or after is None:
             present = str(after if before is None else before)
             target = resolve_local(self.new_root if before is None else self.old_root, present)
             if target is None:
-                self.emit(
-                    where, "reference_changed", Shape.UNKNOWN, polarity, old=before, new=after
-                )
+                self.emit_keyword(site, "$ref", "reference_changed", Shape.UNKNOWN)
                 return
             old_target = True if before is None else target
             new_target = target if before is None else True
-            self.node(old_target, new_target, where, polarity)
+            self.node(old_target, new_target, where, site.polarity)
             return
         old_target = resolve_local(self.old_root, before)
         new_target = resolve_local(self.new_root, after)
         if old_target is None or new_target is None or (before, after) in self.followed:
-            self.emit(where, "reference_changed", Shape.UNKNOWN, polarity, old=before, new=after)
+            self.emit_keyword(site, "$ref", "reference_changed", Shape.UNKNOWN)
             return
         self.followed.add((before, after))
-        self.node(old_target, new_target, where, polarity)
+        self.node(old_target, new_target, where, site.polarity)
 
-    def definitions(self, old: dict[str, Any], new: dict[str, Any], pointer: str) -> None:
+    def definitions(self, site: _Site) -> None:
         """``$defs``: compared where they are, with the polarity of their references."""
-        old_defs: dict[str, Any] = old.get("$defs", {})
-        new_defs: dict[str, Any] = new.get("$defs", {})
+        old_defs: dict[str, Any] = site.old.get("$defs", {})
+        new_defs: dict[str, Any] = site.new.get("$defs", {})
         for name in list(old_defs) + [name for name in new_defs if name not in old_defs]:
-            where = child(pointer, "$defs", name)
             if name in old_defs and name in new_defs:
+                where = child(site.pointer, "$defs", name)
                 self.node(old_defs[name], new_defs[name], where, None)
             else:
-                self.emit(
-                    where,
+                self.emit_keyword(
+                    site,
+                    "$defs",
                     "definition_added" if name in new_defs else "definition_removed",
                     Shape.ANNOTATION,
-                    1,
+                    below=(name,),
+                    old=None,
+                    new=None,
                     detail="a definition matters only where a $ref uses it",
+                )
+
+    def unhandled(self, site: _Site) -> None:
+        """Any keyword this walk has no rule for that differs: a change no rule decides."""
+        for keyword in sorted((set(site.old) | set(site.new)) - _HANDLED):
+            before, after = site.both(keyword)
+            if canonical_value(before) != canonical_value(after):
+                self.emit_keyword(
+                    site,
+                    keyword,
+                    "keyword_changed",
+                    Shape.UNKNOWN,
+                    detail=f"no rule for {keyword!r}",
                 )
 
 
