@@ -533,6 +533,18 @@ def test_diff_locates_changes_by_json_pointer_with_escaping() -> None:
     assert change.kind == "bound_added"
 
 
+
+@pytest.mark.parametrize("side", ["old", "new"])
+def test_a_recursive_ref_on_one_side_only_ends_as_an_undecided_change(side: str) -> None:
+    """Following ``#`` from one side only used to recurse without end (RecursionError)."""
+    plain = {"type": "object", "properties": {"p": {}}}
+    looped = {"type": "object", "properties": {"p": {"$ref": "#"}}}
+    old, new = (looped, plain) if side == "old" else (plain, looped)
+    changes = diff_schemas(old, new)
+    assert changes, "a $ref appearing or going is a change"
+    assert all(change.pointer.startswith("/properties/p") for change in changes)
+
+
 # --- a second opinion: jsoncompat ----------------------------------------------------------
 
 #: The base without what jsoncompat 0.3 cannot judge or judges unsoundly: it calls a schema

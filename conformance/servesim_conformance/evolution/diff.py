@@ -175,7 +175,7 @@ class _Walk:
     new_root: Any
     changes: list[Change] = field(default_factory=list)
     referenced: dict[str, set[int]] = field(default_factory=dict)
-    followed: set[tuple[str, str]] = field(default_factory=set)
+    followed: set[tuple[str | None, str | None]] = field(default_factory=set)
 
     # --- emitting ------------------------------------------------------------------------
 
@@ -271,7 +271,9 @@ class _Walk:
         self, old: Any, new: Any, pointer: str, polarity: Polarity
     ) -> tuple[Effect, Effect]:
         """The combined effects of every change between ``old`` and ``new``, without emitting."""
-        inner = _Walk(self.old_root, self.new_root, referenced=self.referenced)
+        inner = _Walk(
+            self.old_root, self.new_root, referenced=self.referenced, followed=set(self.followed)
+        )
         inner.node(old, new, pointer, polarity)
         backward = forward = Effect.SAFE
         for change in inner.changes:
@@ -686,7 +688,12 @@ class _Walk:
     def annotations_only(self, old: Any, new: Any, pointer: str) -> None:
         """Report annotation edits inside a subschema whose meaning did not change."""
         if same_meaning(old, new):
-            inner = _Walk(self.old_root, self.new_root, referenced=self.referenced)
+            inner = _Walk(
+                self.old_root,
+                self.new_root,
+                referenced=self.referenced,
+                followed=set(self.followed),
+            )
             inner.node(old, new, pointer, 1)
             self.changes.extend(change for change in inner.changes if change.is_annotation)
 
@@ -759,6 +766,10 @@ class _Walk:
         if before == after:
             return
         where = child(site.pointer, "$ref")
+        if (before, after) in self.followed:  # a cycle through $ref: compared once already
+            self.emit_keyword(site, "$ref", "reference_changed", Shape.UNKNOWN)
+            return
+        self.followed.add((before, after))
         if before is None or after is None:
             present = str(after if before is None else before)
             target = resolve_local(self.new_root if before is None else self.old_root, present)
@@ -771,10 +782,9 @@ class _Walk:
             return
         old_target = resolve_local(self.old_root, before)
         new_target = resolve_local(self.new_root, after)
-        if old_target is None or new_target is None or (before, after) in self.followed:
+        if old_target is None or new_target is None:
             self.emit_keyword(site, "$ref", "reference_changed", Shape.UNKNOWN)
             return
-        self.followed.add((before, after))
         self.node(old_target, new_target, where, site.polarity)
 
     def definitions(self, site: _Site) -> None:
