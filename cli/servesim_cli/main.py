@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from servesim import __version__
-from servesim_cli import calibrate, replay, suite, trace_import, validate
+from servesim_cli import calibrate, matrix, replay, suite, trace_import, validate
 from servesim_cli.command import EXIT_INTERNAL_ERROR, Command
 
 _DESCRIPTION = """\
@@ -26,6 +26,7 @@ COMMANDS: tuple[Command, ...] = (
     validate.COMMAND,
     trace_import.COMMAND,
     suite.CONFORM,
+    matrix.COMMAND,
     suite.SCHEMA,
     suite.MIGRATE,
     calibrate.COMMAND,
