@@ -211,12 +211,13 @@ def test_different_corpus_versions_are_pointed_out() -> None:
 def test_members_a_newer_harness_adds_are_read_when_its_schema_allows_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A newer run-report schema may add members (here a stderr tail and an agreement section):
-    the page shows the stderr tail and ignores what it does not know."""
+    """A newer run-report schema may add members (here a stderr tail, an agreement section and a
+    summary figure): the page shows the stderr tail and ignores what it does not know."""
     permissive = jsonschema.Draft202012Validator({"type": "object"})
     monkeypatch.setattr(matrix, "_validators", lambda: (permissive,))
     newer = run_report("delta", [("valid/a", "error", "exit code 1")], agreement={"x": 1})
     newer["cases"][0]["stderr_tail"] = "Traceback ...\nZeroDivisionError: <modulo>"
+    newer["summary"]["agreements"] = 7  # a figure that is not an outcome: not a count to check
     page = page_of(newer)
     assert "<pre>Traceback ...\nZeroDivisionError: &lt;modulo&gt;</pre>" in page
 
@@ -266,7 +267,7 @@ def test_command_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["matrix", str(alpha), str(beta), "-o", str(page), "--title", "Nightly"]) == 0
     text = page.read_text(encoding="utf-8")
     assert "<title>Nightly</title>" in text
-    assert '<span class="file">alpha.json</span>' in text
+    assert '<span class="file">alpha.json, protocol 2</span>' in text
     assert main(["matrix", str(alpha), str(beta), "--title", "Nightly"]) == 0
     assert capsys.readouterr().out == text  # standard output by default
 

@@ -138,7 +138,8 @@ def _consistency_problems(value: Mapping[str, Any], file: str) -> list[InputProb
             problems.append(InputProblem(file, pointer(["cases", index, "id"]), message))
         first_seen.setdefault(case["id"], index)
     counted = Counter(case["outcome"] for case in value["cases"])
-    for outcome in sorted(set(counted) | set(value["summary"])):
+    known = {outcome.value for outcome in Outcome}  # a newer summary may hold other figures
+    for outcome in sorted(set(counted) | (set(value["summary"]) & known)):
         said, listed = value["summary"].get(outcome, 0), counted.get(outcome, 0)
         if said != listed:
             message = f"says {said} but the report lists {listed} cases with outcome {outcome}"
@@ -207,6 +208,7 @@ p.warning { color: #8a4b00; }
 table.matrix { border-collapse: separate; border-spacing: 2px; }
 table.matrix th { text-align: left; font-weight: 600; padding: 4px 8px; vertical-align: bottom; }
 table.matrix th.impl { width: 10em; }
+table.matrix thead tr:first-child th { position: sticky; top: 0; background: #fff; }
 table.matrix th.impl .file { display: block; font-weight: 400; color: #555; font-size: 12px; }
 table.matrix tr.summary th, table.matrix tr.summary td { font-weight: 400; font-size: 12px;
   padding: 2px 8px 8px; vertical-align: top; }
@@ -274,9 +276,10 @@ def _header(reports: Sequence[RunReport]) -> list[str]:
     lines = ["<thead>", '<tr><th scope="col">case</th><th scope="col">tier</th>']
     for report in reports:
         title = _e(" ".join(report.argv))
+        protocol = f", protocol {_e(report.protocol_version)}" if report.protocol_version else ""
         lines.append(
             f'<th scope="col" class="impl" title="{title}">{_e(report.name)} '
-            f'{_e(report.version)}<span class="file">{_e(report.file_name)}</span></th>'
+            f'{_e(report.version)}<span class="file">{_e(report.file_name)}{protocol}</span></th>'
         )
     lines.append("</tr>")
     lines.append('<tr class="summary"><th scope="row">summary</th><td></td>')
