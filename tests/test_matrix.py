@@ -267,7 +267,7 @@ def test_command_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["matrix", str(alpha), str(beta), "-o", str(page), "--title", "Nightly"]) == 0
     text = page.read_text(encoding="utf-8")
     assert "<title>Nightly</title>" in text
-    assert '<span class="file">alpha.json, protocol 2</span>' in text
+    assert 'alpha 1.0</span><span class="file">alpha.json, protocol 2</span>' in text
     assert main(["matrix", str(alpha), str(beta), "--title", "Nightly"]) == 0
     assert capsys.readouterr().out == text  # standard output by default
 

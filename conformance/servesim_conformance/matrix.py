@@ -215,7 +215,9 @@ table.matrix tr.summary th, table.matrix tr.summary td { font-weight: 400; font-
 table.matrix td.cell { width: 10em; height: 22px; padding: 2px 8px; white-space: nowrap; }
 table.matrix td.cell a { color: inherit; }
 table.matrix td.tier { color: #555; padding: 2px 8px; }
+table.matrix tbody th { white-space: nowrap; }
 table.matrix th code { font-weight: 400; }
+table.matrix th.impl .name { white-space: nowrap; }
 .chip { display: inline-block; width: 10px; height: 10px; margin-right: 4px;
   border: 1px solid #888; vertical-align: baseline; }
 table.legend td { padding: 2px 8px; vertical-align: top; }
@@ -277,10 +279,9 @@ def _header(reports: Sequence[RunReport]) -> list[str]:
     for report in reports:
         title = _e(" ".join(report.argv))
         protocol = f", protocol {_e(report.protocol_version)}" if report.protocol_version else ""
-        lines.append(
-            f'<th scope="col" class="impl" title="{title}">{_e(report.name)} '
-            f'{_e(report.version)}<span class="file">{_e(report.file_name)}{protocol}</span></th>'
-        )
+        name = f'<span class="name">{_e(report.name)} {_e(report.version)}</span>'
+        file = f'<span class="file">{_e(report.file_name)}{protocol}</span>'
+        lines.append(f'<th scope="col" class="impl" title="{title}">{name}{file}</th>')
     lines.append("</tr>")
     lines.append('<tr class="summary"><th scope="row">summary</th><td></td>')
     for report in reports:
