@@ -425,3 +425,14 @@ def test_the_browser_renders_the_matrix(chromium: str, tmp_path: Path) -> None:
         (2, 0): "pass",
         (2, 1): "xfail",
     }
+
+
+def test_the_committed_example_is_what_the_command_writes(tmp_path: Path) -> None:
+    """docs/matrix/index.html, linked from the README, is not edited by hand or left stale."""
+    folder = REPO / "docs" / "matrix"
+    reports = [
+        folder / f"{name}.json" for name in ("reference", "independent", "floor-rounding-fake")
+    ]
+    page = tmp_path / "index.html"
+    assert main(["matrix", *map(str, reports), "-o", str(page)]) == 0
+    assert page.read_bytes() == (folder / "index.html").read_bytes()

@@ -224,8 +224,9 @@ table.legend td { padding: 2px 8px; vertical-align: top; }
 table.legend td:first-child { white-space: nowrap; }
 section.entry { border-top: 1px solid #ddd; padding: 8px 0; }
 section.entry h3 { font-size: 14px; margin: 0 0 4px; }
-section.entry dl { margin: 4px 0; display: grid; grid-template-columns: max-content auto;
-  gap: 2px 12px; }
+section.entry:target { background: #fff6d5; }
+section.entry h3 span[class^="o-"] { padding: 0 4px; }
+section.entry dl { margin: 4px 0; display: grid; grid-template-columns: 10em auto; gap: 2px 12px; }
 section.entry dt { color: #555; }
 section.entry dd { margin: 0; }
 pre { margin: 0; white-space: pre-wrap; word-break: break-all; }
