@@ -286,13 +286,13 @@ def test_command_rejects_an_invalid_report_and_writes_nothing(
     assert not page.exists()
 
 
-def test_command_rejects_a_missing_report(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["matrix", str(tmp_path / "none.json")]) == 2
-    assert "none.json: at (document root): cannot read: No such file or directory" in (
-        capsys.readouterr().err
-    )
+def test_command_names_every_bad_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    assert main(["matrix", str(tmp_path / "none.json"), str(empty)]) == 2
+    error = capsys.readouterr().err
+    assert "none.json: at (document root): cannot read: No such file or directory" in error
+    assert "empty.json: at (document root): the file is empty; expected a JSON object" in error
 
 
 def test_command_never_overwrites_a_report(tmp_path: Path) -> None:

@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
+
+if TYPE_CHECKING:
+    from servesim_conformance.matrix import RunReport
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,14 +38,31 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _read_reports(paths: list[Path]) -> list[RunReport]:
+    """Every report, or ``InvalidInput`` naming every bad one (not only the first)."""
+    from servesim.errors import InputProblem, InvalidInput
+    from servesim_conformance.matrix import read_run_report
+
+    reports: list[RunReport] = []
+    problems: list[InputProblem] = []
+    for path in paths:
+        try:
+            reports.append(read_run_report(path))
+        except InvalidInput as error:
+            problems += error.problems
+    if problems:
+        raise InvalidInput(problems)
+    return reports
+
+
 def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     from servesim.canonical import write_atomically
     from servesim.errors import InvalidInput
     from servesim_cli.messages import report_invalid, same_file
-    from servesim_conformance.matrix import DEFAULT_TITLE, read_run_report, render_matrix
+    from servesim_conformance.matrix import DEFAULT_TITLE, render_matrix
 
     try:
-        reports = [read_run_report(path) for path in arguments.reports]
+        reports = _read_reports(arguments.reports)
     except InvalidInput as error:
         return report_invalid(error)
     output: Path | None = arguments.output
