@@ -23,7 +23,7 @@ from servesim_cli.main import main
 from servesim_conformance import matrix
 from servesim_conformance.matrix import OUTCOME_COLOURS, load_run_report, render_matrix
 from servesim_conformance.outcomes import Outcome
-from servesim_conformance.schemas import validate_harness_document
+from servesim_conformance.schemas import harness_schema, validate_harness_document
 from tests.helpers import REPO, run_servesim
 
 FAKE = REPO / "tests" / "fakes" / "fake_sim.py"
@@ -220,6 +220,29 @@ def test_members_a_newer_harness_adds_are_read_when_its_schema_allows_them(
     newer["summary"]["agreements"] = 7  # a figure that is not an outcome: not a count to check
     page = page_of(newer)
     assert "<pre>Traceback ...\nZeroDivisionError: &lt;modulo&gt;</pre>" in page
+
+
+def test_a_report_of_an_older_harness_is_read_by_its_released_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the working run-report schema asks for more (a newer protocol), a report written by
+    an older harness still renders through the released schema it was written under; a report
+    no schema accepts is told what the working schema wants."""
+    newer = json.loads(json.dumps(harness_schema("run-report")))
+    newer["required"].append("agreement")
+    newer["properties"]["agreement"] = {"type": "object"}
+    monkeypatch.setattr(matrix, "harness_schema", lambda kind: newer)
+    matrix._validators.cache_clear()
+    try:
+        assert "alpha 1.0" in page_of(ALPHA)
+        assert "alpha 1.0" in page_of(dict(ALPHA, agreement={}))
+        broken = dict(ALPHA, corpus_version=7)
+        assert problems_of(broken) == [
+            "run.json: at (document root): 'agreement' is a required property",
+            "run.json: at /corpus_version: 7 is not of type 'string'",
+        ]
+    finally:
+        matrix._validators.cache_clear()
 
 
 # --- reading errors ---------------------------------------------------------------------------
