@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from servesim import __version__
-from servesim_cli import calibrate, replay, suite, trace_import, validate
+from servesim_cli import calibrate, matrix, replay, suite, trace_import, validate
 from servesim_cli.command import (
     EXIT_INTERNAL_ERROR,
     EXIT_INTERRUPTED,
@@ -33,6 +33,7 @@ COMMANDS: tuple[Command, ...] = (
     validate.COMMAND,
     trace_import.COMMAND,
     suite.CONFORM,
+    matrix.COMMAND,
     suite.SCHEMA,
     suite.MIGRATE,
     calibrate.COMMAND,
