@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from servesim import __version__
-from servesim_cli import calibrate, replay, suite, trace_import, validate
+from servesim_cli import calibrate, plot, replay, suite, trace_import, validate
 from servesim_cli.command import EXIT_INTERNAL_ERROR, Command
 
 _DESCRIPTION = """\
@@ -29,6 +29,7 @@ COMMANDS: tuple[Command, ...] = (
     suite.SCHEMA,
     suite.MIGRATE,
     calibrate.COMMAND,
+    plot.COMMAND,
 )
 
 
