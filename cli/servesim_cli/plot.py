@@ -55,6 +55,7 @@ def new_figure(width: float, height: float) -> Figure:
     import matplotlib
 
     matplotlib.rcParams["svg.hashsalt"] = "servesim"  # stable element ids in SVG
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as <text>, searchable and editable
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
