@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from servesim import __version__
-from servesim_cli import calibrate, plot, replay, suite, trace_import, validate
+from servesim_cli import calibrate, plot, replay, suite, sweep, trace_import, validate
 from servesim_cli.command import EXIT_INTERNAL_ERROR, Command
 
 _DESCRIPTION = """\
@@ -30,6 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     suite.MIGRATE,
     calibrate.COMMAND,
     plot.COMMAND,
+    sweep.COMMAND,
 )
 
 
