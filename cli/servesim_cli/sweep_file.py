@@ -144,12 +144,24 @@ def _message(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
+def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem]:
+    """An error as problems; for a value that fits no form of an ``anyOf``, the problems of
+    the form that got deepest into it (a list of integers holding 1.0 is about that item)."""
+    if error.validator == "anyOf" and error.context:
+        deepest = max(len(branch.absolute_path) for branch in error.context)
+        if deepest > len(error.absolute_path):
+            return [
+                problem
+                for branch in error.context
+                if len(branch.absolute_path) == deepest
+                for problem in _describe(branch, file)
+            ]
+    return [InputProblem(file, pointer(error.absolute_path), _message(error))]
+
+
 def _schema_problems(value: Any, file: str) -> list[InputProblem]:
     return sorted(
-        {
-            InputProblem(file, pointer(error.absolute_path), _message(error))
-            for error in _validator().iter_errors(value)
-        }
+        {problem for error in _validator().iter_errors(value) for problem in _describe(error, file)}
     )
 
 
