@@ -10,7 +10,6 @@ the whole grid (``servesim_cli.sweep_search``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,9 +57,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "-j",
         "--jobs",
         type=positive_int,
-        default=os.cpu_count() or 1,
         metavar="N",
-        help="points replayed at once (default: the number of CPUs; 1 runs in this process)",
+        help="points replayed at once (default: the number of CPUs, or with Ray the "
+        "cluster's; 1 runs in this process); --target probes this many points per round",
     )
     parser.add_argument(
         "--ray-address",
@@ -191,8 +190,7 @@ def _search(
         progress.prefix, progress.done, progress.total = f"round {rounds} ", 0, len(points)
         return executor.run(points, progress)
 
-    parallel = 1 if arguments.executor == "process" and arguments.jobs == 1 else arguments.jobs
-    searches = search(plan, plan.target, run_batch, parallel)
+    searches = search(plan, plan.target, run_batch, executor.parallel)
     evaluated = {
         result.point.index: result for item in searches for result in item.results.values()
     }

@@ -7,6 +7,7 @@ show progress while the outputs stay deterministic.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -31,6 +32,8 @@ class Executor:
     def __init__(self, base: BaseInputs, *, keep_reports: bool = False) -> None:
         self.base = base
         self.keep_reports = keep_reports
+        #: How many points it runs at once (the target search probes that many per round).
+        self.parallel = 1
 
     def run(self, points: Sequence[Point], on_done: OnDone) -> list[PointResult]:
         """The results of ``points``, in their order."""
@@ -78,6 +81,7 @@ class ProcessExecutor(Executor):
     def __init__(self, base: BaseInputs, jobs: int, *, keep_reports: bool = False) -> None:
         super().__init__(base, keep_reports=keep_reports)
         self.pool = ProcessPoolExecutor(max_workers=jobs, initializer=_install, initargs=(base,))
+        self.parallel = jobs
 
     def run(self, points: Sequence[Point], on_done: OnDone) -> list[PointResult]:
         futures: dict[Future[PointResult], int] = {
@@ -111,7 +115,12 @@ class RayExecutor(Executor):
     local instance; it shuts down only an instance it started."""
 
     def __init__(
-        self, base: BaseInputs, address: str | None, *, keep_reports: bool = False
+        self,
+        base: BaseInputs,
+        address: str | None,
+        jobs: int | None,
+        *,
+        keep_reports: bool = False,
     ) -> None:
         super().__init__(base, keep_reports=keep_reports)
         import ray
@@ -120,6 +129,7 @@ class RayExecutor(Executor):
         self.started = not ray.is_initialized()
         if self.started:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        self.parallel = jobs or max(1, int(self.ray.cluster_resources().get("CPU", 1)))
         self.base_ref = ray.put(base)  # once into the object store, shared by every task
         self.task = ray.remote(_ray_task)
 
@@ -152,11 +162,15 @@ def ray_available() -> bool:
 
 
 def make_executor(
-    kind: str, base: BaseInputs, *, jobs: int, address: str | None, keep_reports: bool
+    kind: str, base: BaseInputs, *, jobs: int | None, address: str | None, keep_reports: bool
 ) -> Executor:
-    """The executor ``--executor`` names; ``process`` with one job runs in this process."""
+    """The executor ``--executor`` names; ``process`` with one job runs in this process.
+
+    ``jobs`` None: as many local processes as CPUs, or (Ray) the cluster's CPUs.
+    """
     if kind == "ray":
-        return RayExecutor(base, address, keep_reports=keep_reports)
+        return RayExecutor(base, address, jobs, keep_reports=keep_reports)
+    jobs = jobs or os.cpu_count() or 1
     if jobs == 1:
         return Executor(base, keep_reports=keep_reports)
     return ProcessExecutor(base, jobs, keep_reports=keep_reports)
