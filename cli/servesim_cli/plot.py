@@ -100,7 +100,7 @@ def latency_figure(views: Sequence[series.ReportView], labels: Sequence[str]) ->
         axis.set_ylabel(ylabel)
         axis.grid(True, which="both", alpha=0.3)
         if axis.get_lines():
-            axis.legend(fontsize="small", loc="lower right")
+            axis.legend(fontsize="small", loc="best")
     figure.suptitle("Latency CDFs (completed requests)")
     return figure
 
