@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from servesim.canonical import write_all_atomically
 from servesim.errors import ServesimError
 from servesim_cli import series
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
@@ -163,13 +163,6 @@ def _labels(files: Sequence[str], given: Sequence[str] | None) -> list[str]:
     return stems if len(set(stems)) == len(stems) else list(files)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder."""
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
-
-
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT", help="report files (R31)")
     parser.add_argument(
@@ -227,8 +220,7 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     directory = Path(arguments.output_dir)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for name, content in contents.items():
-            write_atomically(directory / name, content)
+        write_all_atomically([(directory / name, content) for name, content in contents.items()])
     except OSError as error:
         print(f"servesim: cannot write to {directory}: {error.strerror}", file=sys.stderr)
         return EXIT_INVALID_INPUT
