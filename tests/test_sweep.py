@@ -496,13 +496,28 @@ def test_ray_executor_on_a_local_instance_matches_local_processes(
         import ray
     else:
         ray = pytest.importorskip("ray")
-    path = _sweep_file(tmp_path, {"workers": [1, 2, 3], "speedup": [1, 2]})
-    assert _sweep(path, "--json", tmp_path / "local.json", "-j", "2", "-q") == 0
+    condition = {"metric": "ttft_us", "statistic": "p99", "at_most_us": 12_500}
+    path = _sweep_file(
+        tmp_path,
+        {"workers": {"min": 1, "max": 6}, "speedup": [1, 2]},
+        {"axis": "workers", "conditions": [condition]},
+    )
+    runs = {"grid": (), "target": ("--target",)}
+    for name, options in runs.items():
+        assert (
+            _sweep(path, *options, "--json", tmp_path / f"{name}-local.json", "-j", "2", "-q") == 0
+        )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        assert ray.is_initialized()
-        assert _sweep(path, "--json", tmp_path / "ray.json", "--executor", "ray", "-q") == 0
-        assert ray.is_initialized()  # the sweep joined this instance and left it running
+        for name, options in runs.items():
+            output = tmp_path / f"{name}-ray.json"
+            assert _sweep(path, *options, "--json", output, "--executor", "ray", "-q") == 0
+            assert ray.is_initialized()  # the sweep joined this instance and left it running
     finally:
         ray.shutdown()
-    assert (tmp_path / "ray.json").read_bytes() == (tmp_path / "local.json").read_bytes()
+    for name in runs:
+        ray_bytes = (tmp_path / f"{name}-ray.json").read_bytes()
+        assert ray_bytes == (tmp_path / f"{name}-local.json").read_bytes()
+    # a search with something to find: each answer is bracketed by a failing smaller fleet
+    answers = json.loads((tmp_path / "target-ray.json").read_text())["target"]["answers"]
+    assert all(answer["below"] is not None and answer["workers"] > 1 for answer in answers)
