@@ -442,7 +442,10 @@ def test_target_answer_equals_a_scan_of_the_whole_grid(
         if answer["below"] is not None:
             assert answer["below"]["workers"] == answer["workers"] - 1
             assert answer["below"]["ttft_us_p99"] > threshold >= answer["meets"]["ttft_us_p99"]
-    assert len(_rows(tmp_path / "target.csv")) < len(rows)  # bisection replayed fewer points
+    target_rows = _rows(tmp_path / "target.csv")
+    assert len(target_rows) < len(rows)  # bisection replayed fewer points
+    for row in target_rows:
+        assert row["meets_target"] == ("true" if int(row["ttft_us_p99"]) <= threshold else "false")
     out = capsys.readouterr().out
     assert f"target: smallest workers with p99 ttft_us <= {threshold:,} us" in out
 

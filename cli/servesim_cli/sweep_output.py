@@ -30,6 +30,8 @@ def _json_setting(value: Setting) -> Any:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as in the JSON
     if isinstance(value, float):
         return repr(value)
     return str(value)
