@@ -14,7 +14,16 @@ from collections.abc import Sequence
 from types import FrameType
 
 from servesim import __version__
-from servesim_cli import calibrate, matrix, replay, suite, trace_import, validate
+from servesim_cli import (
+    calibrate,
+    matrix,
+    plot,
+    replay,
+    suite,
+    sweep,
+    trace_import,
+    validate,
+)
 from servesim_cli.command import (
     EXIT_INTERNAL_ERROR,
     EXIT_INTERRUPTED,
@@ -37,6 +46,8 @@ COMMANDS: tuple[Command, ...] = (
     suite.SCHEMA,
     suite.MIGRATE,
     calibrate.COMMAND,
+    plot.COMMAND,
+    sweep.COMMAND,
 )
 
 
