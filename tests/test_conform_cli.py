@@ -179,3 +179,49 @@ def test_differential_mode_shrinks_a_divergence_into_a_golden_case(tmp_path: Pat
     assert len(workload["requests"]) <= 2, "hypothesis shrank the workload"
     assert (case / "expected-report.json").is_file()
     assert (case / "DIVERGENCE.md").is_file()
+
+
+def test_written_expected_failures_keep_the_manifest_s_listed_failures(tmp_path: Path) -> None:
+    """Issue 16: with --manifest naming an expected-failure list, the failing cases are xfail;
+    --write-expected-failures must still list them (keeping their reason and link), not write
+    an empty list, and must drop a listed case that now passes."""
+    known = tmp_path / "known.json"
+    known.write_text(
+        json.dumps(
+            {
+                "implementation": "fake",
+                "expected_failures": [
+                    {"id": "valid/smoke-one-request", "reason": "off by one", "link": "#7"},
+                    {"id": "invalid/zero-workers", "reason": "now fixed", "link": ""},
+                ],
+            }
+        )
+    )
+    manifest = tmp_path / "implementation.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "name": "fake",
+                "command": [sys.executable, str(FAKE), "wrong-numbers"],
+                "expected_failures": known.name,
+            }
+        )
+    )
+    written = tmp_path / "written.json"
+    cases = ["--case", "valid/smoke-one-request", "--case", "valid/smoke-two-workers"]
+    result = conform(
+        "--manifest", manifest, *cases, "--case", "invalid/zero-workers",
+        "--write-expected-failures", written,
+    )  # fmt: skip
+    assert result.returncode == 1  # the xpass and the new failure
+    document = json.loads(written.read_text())
+    assert validate_harness_document("expected-failures", document) == []
+    listed = {entry["id"]: entry for entry in document["expected_failures"]}
+    assert sorted(listed) == ["valid/smoke-one-request", "valid/smoke-two-workers"]
+    assert listed["valid/smoke-one-request"] == {
+        "id": "valid/smoke-one-request",
+        "reason": "off by one",
+        "link": "#7",
+    }
+    assert listed["valid/smoke-two-workers"]["reason"].startswith("fail: first difference")
+    assert document["implementation"] == "fake"  # the manifest's name for it

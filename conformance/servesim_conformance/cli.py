@@ -12,10 +12,7 @@ from pathlib import Path
 from servesim import __version__
 from servesim.canonical import write_atomically
 from servesim_conformance.corpus import CorpusError, load_corpus
-from servesim_conformance.expectations import (
-    expected_failures_document,
-    load_expected_failures,
-)
+from servesim_conformance.expectations import expected_failures_document, load_entries
 from servesim_conformance.implementation import DEFAULT_TIMEOUT_S, HarnessError, Implementation
 from servesim_conformance.outcomes import CaseResult, Outcome
 from servesim_conformance.reporting import markdown_summary, run_report
@@ -66,7 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _implementation(arguments: argparse.Namespace) -> tuple[Implementation, dict[str, str]]:
+def _implementation(
+    arguments: argparse.Namespace,
+) -> tuple[Implementation, dict[str, dict[str, str]]]:
+    """The implementation to run and its expected failures (case id -> manifest entry): those
+    of ``--expected-failures``, else those the implementation manifest names."""
     expected_path: Path | None = arguments.expected_failures
     if arguments.manifest is not None:
         implementation, manifest_expected = Implementation.from_manifest(arguments.manifest)
@@ -76,7 +77,7 @@ def _implementation(arguments: argparse.Namespace) -> tuple[Implementation, dict
         implementation = Implementation.from_command_line(command)
     if arguments.timeout is not None:
         implementation = dataclasses.replace(implementation, timeout_s=arguments.timeout)
-    expected = load_expected_failures(expected_path) if expected_path else {}
+    expected = load_entries(expected_path) if expected_path else {}
     return implementation, expected
 
 
@@ -95,7 +96,7 @@ def _print_result(result: CaseResult, *, verbose: bool) -> None:
 def run_from_arguments(arguments: argparse.Namespace) -> int:
     """Run the suite as ``arguments`` say; the exit code."""
     try:
-        implementation, expected = _implementation(arguments)
+        implementation, listed = _implementation(arguments)
         corpus = load_corpus(arguments.golden)
         description = implementation.describe()
     except (HarnessError, CorpusError) as error:
@@ -110,7 +111,7 @@ def run_from_arguments(arguments: argparse.Namespace) -> int:
         cases,
         implementation,
         description,
-        expected_failures=expected,
+        expected_failures={case_id: entry["reason"] for case_id, entry in listed.items()},
         on_result=lambda result: _print_result(result, verbose=arguments.verbose),
     )
     if adapter_broken:
@@ -131,7 +132,9 @@ def run_from_arguments(arguments: argparse.Namespace) -> int:
     if arguments.markdown:
         write_atomically(arguments.markdown, markdown_summary(report).encode())
     if arguments.write_expected_failures:
-        document = expected_failures_document(description.name, results)
+        document = expected_failures_document(
+            implementation.name or description.name, results, listed
+        )
         write_atomically(
             arguments.write_expected_failures, (json.dumps(document, indent=2) + "\n").encode()
         )
