@@ -225,7 +225,7 @@ def _check_agreement_options(arguments: argparse.Namespace) -> None:
         if value is not None
     ]
     if given and not arguments.agreement:
-        raise HarnessError(f"{', '.join(given)} need --agreement")
+        raise HarnessError(f"{', '.join(given)}: only with --agreement")
     if arguments.agreement and arguments.write_expected_failures:
         raise HarnessError(
             "--write-expected-failures needs a conformance run: an agreement run judges no case"

@@ -53,13 +53,15 @@ def markdown_summary(report: dict[str, Any]) -> str:
         "",
         f"Corpus {report['corpus_version']}, harness {report['tool']['version']}.",
         "",
+    ]
+    if "agreement" in report:  # an agreement run judges no case
+        return "\n".join(lines + agreement_markdown(report["agreement"])) + "\n"
+    lines += [
         "| outcome | cases |",
         "|---|---|",
         *(f"| {outcome} | {count} |" for outcome, count in report["summary"].items() if count),
         "",
     ]
-    if "agreement" in report:
-        return "\n".join(lines + agreement_markdown(report["agreement"])) + "\n"
     attention = [case for case in report["cases"] if Outcome(case["outcome"]).is_problem]
     if attention:
         lines += ["| case | outcome | message |", "|---|---|---|"]
