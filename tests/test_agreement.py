@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from servesim_conformance.agreement import METRICS, Errors, compare, figures, nearest_rank
-from servesim_conformance.agreement_run import generated_documents
+from servesim_conformance.agreement_run import checked_report, generated_documents
 from servesim_conformance.schemas import validate_harness_document
 from tests.helpers import REPO, run_servesim
 
@@ -334,3 +334,25 @@ def test_bad_agreement_options_exit_2(arguments: list[str], message: str) -> Non
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_report_s_token_times_are_checked_in_full() -> None:
+    """The schema sees each request's first two token times; the rest are checked apart."""
+    data = (GOLDEN / "valid" / "smoke-one-request" / "expected-report.json").read_bytes()
+    checked = checked_report(data)
+    assert not isinstance(checked, str)
+    assert checked[1] == "2.0"
+    for bad in (-1, 2**53, 3300.5, "3300"):
+        value = json.loads(data)
+        value["requests"][0]["token_times_us"][2] = bad
+        assert checked_report(json.dumps(value).encode()) == (
+            "report.json: at /requests/0/token_times_us: not a list of integers from 0 to "
+            "9007199254740991"
+        )
+    value = json.loads(data)
+    value["requests"][0]["token_times_us"][0] = -1  # within the first two: the schema's message
+    problem = checked_report(json.dumps(value).encode())
+    assert isinstance(problem, str)
+    assert "/requests/0/token_times_us/0" in problem
+    assert isinstance(checked_report(b"not JSON"), str)
+    assert isinstance(checked_report(b'{"requests": 3}'), str)

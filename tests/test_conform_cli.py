@@ -37,7 +37,9 @@ def test_reference_passes_and_writes_valid_run_report(tmp_path: Path) -> None:
     value = json.loads(report.read_text())
     assert validate_harness_document("run-report", value) == []
     assert value["summary"]["pass"] == 4
-    assert [case["tier"] for case in value["cases"]] == ["smoke", "smoke", "smoke", "invalid"]
+    # smoke-chunked needs prefill.chunked, so it is no longer a smoke case (issue 12)
+    assert [case["tier"] for case in value["cases"]] == ["smoke", "smoke", "golden", "invalid"]
+    assert all(case["compared_without"] == [] for case in value["cases"])
     assert "No failures." in markdown.read_text()
 
 
@@ -225,3 +227,19 @@ def test_written_expected_failures_keep_the_manifest_s_listed_failures(tmp_path:
     }
     assert listed["valid/smoke-two-workers"]["reason"].startswith("fail: first difference")
     assert document["implementation"] == "fake"  # the manifest's name for it
+
+
+def test_an_implementation_without_trace_is_compared_on_the_traced_cases(tmp_path: Path) -> None:
+    """Issue 12: the three traced smoke-* cases run without --trace and pass, and say so."""
+    report, markdown = tmp_path / "run.json", tmp_path / "summary.md"
+    result = conform(
+        "--impl", fake_command("no-trace"), *SMOKE, "-v",
+        "--report-json", report, "--markdown", markdown,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 pass" in result.stdout
+    assert "PASS  valid/smoke-one-request  compared without trace (not declared)" in result.stdout
+    value = json.loads(report.read_text())
+    assert validate_harness_document("run-report", value) == []
+    assert [case["compared_without"] for case in value["cases"]] == [["trace"]] * 3 + [[]]
+    assert "3 cases were compared without features" in markdown.read_text()
