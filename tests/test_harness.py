@@ -406,6 +406,8 @@ def test_an_adapter_without_trace_that_writes_nothing_is_adapter_broken() -> Non
     assert broken
     assert [result.tier for result in results] == ["smoke", "smoke", "smoke"]
     assert {result.outcome for result in results} == {Outcome.ERROR}
+    assert {result.message for result in results} == {"exit 0 without a report"}
+    assert results[0].compared_without == ("trace",)
 
 
 def test_smoke_cases_need_no_optional_feature() -> None:

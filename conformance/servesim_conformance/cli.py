@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--write-expected-failures",
         metavar="FILE",
         type=Path,
-        help="write a first expected-failure manifest listing every case that did not pass",
+        help="write an expected-failure manifest listing every case that did not pass (the "
+        "cases already listed keep their reason and link)",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="list passing and expected-failing cases too"

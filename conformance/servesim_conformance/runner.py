@@ -155,9 +155,15 @@ def run_valid(
     result = _judge_valid_run(case, implementation, description, workdir, run, without)
     if not without:
         return result
+    if result.outcome not in _JUDGED:  # no report was compared: the message says why
+        return dataclasses.replace(result, compared_without=without)
     note = f"compared without {', '.join(without)} (not declared)"
     message = f"{result.message}; {note}" if result.message else note
     return dataclasses.replace(result, message=message, compared_without=without)
+
+
+#: The outcomes of a report that was compared with the expected one.
+_JUDGED = {Outcome.PASS, Outcome.FAIL, Outcome.INVALID_REPORT}
 
 
 def _judge_valid_run(
