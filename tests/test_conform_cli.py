@@ -37,7 +37,9 @@ def test_reference_passes_and_writes_valid_run_report(tmp_path: Path) -> None:
     value = json.loads(report.read_text())
     assert validate_harness_document("run-report", value) == []
     assert value["summary"]["pass"] == 4
-    assert [case["tier"] for case in value["cases"]] == ["smoke", "smoke", "smoke", "invalid"]
+    # smoke-chunked needs prefill.chunked, so it is no longer a smoke case (issue 12)
+    assert [case["tier"] for case in value["cases"]] == ["smoke", "smoke", "golden", "invalid"]
+    assert all(case["compared_without"] == [] for case in value["cases"])
     assert "No failures." in markdown.read_text()
 
 
@@ -179,3 +181,65 @@ def test_differential_mode_shrinks_a_divergence_into_a_golden_case(tmp_path: Pat
     assert len(workload["requests"]) <= 2, "hypothesis shrank the workload"
     assert (case / "expected-report.json").is_file()
     assert (case / "DIVERGENCE.md").is_file()
+
+
+def test_written_expected_failures_keep_the_manifest_s_listed_failures(tmp_path: Path) -> None:
+    """Issue 16: with --manifest naming an expected-failure list, the failing cases are xfail;
+    --write-expected-failures must still list them (keeping their reason and link), not write
+    an empty list, and must drop a listed case that now passes."""
+    known = tmp_path / "known.json"
+    known.write_text(
+        json.dumps(
+            {
+                "implementation": "fake",
+                "expected_failures": [
+                    {"id": "valid/smoke-one-request", "reason": "off by one", "link": "#7"},
+                    {"id": "invalid/zero-workers", "reason": "now fixed", "link": ""},
+                ],
+            }
+        )
+    )
+    manifest = tmp_path / "implementation.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "name": "fake",
+                "command": [sys.executable, str(FAKE), "wrong-numbers"],
+                "expected_failures": known.name,
+            }
+        )
+    )
+    written = tmp_path / "written.json"
+    cases = ["--case", "valid/smoke-one-request", "--case", "valid/smoke-two-workers"]
+    result = conform(
+        "--manifest", manifest, *cases, "--case", "invalid/zero-workers",
+        "--write-expected-failures", written,
+    )  # fmt: skip
+    assert result.returncode == 1  # the xpass and the new failure
+    document = json.loads(written.read_text())
+    assert validate_harness_document("expected-failures", document) == []
+    listed = {entry["id"]: entry for entry in document["expected_failures"]}
+    assert sorted(listed) == ["valid/smoke-one-request", "valid/smoke-two-workers"]
+    assert listed["valid/smoke-one-request"] == {
+        "id": "valid/smoke-one-request",
+        "reason": "off by one",
+        "link": "#7",
+    }
+    assert listed["valid/smoke-two-workers"]["reason"].startswith("fail: first difference")
+    assert document["implementation"] == "fake"  # the manifest's name for it
+
+
+def test_an_implementation_without_trace_is_compared_on_the_traced_cases(tmp_path: Path) -> None:
+    """Issue 12: the three traced smoke-* cases run without --trace and pass, and say so."""
+    report, markdown = tmp_path / "run.json", tmp_path / "summary.md"
+    result = conform(
+        "--impl", fake_command("no-trace"), *SMOKE, "-v",
+        "--report-json", report, "--markdown", markdown,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 pass" in result.stdout
+    assert "PASS  valid/smoke-one-request  compared without trace (not declared)" in result.stdout
+    value = json.loads(report.read_text())
+    assert validate_harness_document("run-report", value) == []
+    assert [case["compared_without"] for case in value["cases"]] == [["trace"]] * 3 + [[]]
+    assert "3 cases were compared without features" in markdown.read_text()

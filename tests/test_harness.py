@@ -12,14 +12,23 @@ from pathlib import Path
 import pytest
 
 from servesim.canonical import canonical_json
-from servesim_conformance.corpus import Case, Expect, load_corpus
+from servesim_conformance.corpus import Case, CorpusError, Expect, load_corpus
+from servesim_conformance.features import ADDITIVE, FEATURES, Kind
 from servesim_conformance.implementation import (
     HarnessError,
     Implementation,
     version_problems,
 )
 from servesim_conformance.outcomes import Outcome
-from servesim_conformance.runner import judge_report, run_case, run_cases
+from servesim_conformance.runner import (
+    compared_without,
+    expected_bytes,
+    judge_report,
+    run_case,
+    run_cases,
+    skip_reason,
+)
+from servesim_conformance.schemas import harness_schema
 from tests.golden_snapshots import GOLDEN
 from tests.helpers import REPO
 
@@ -330,3 +339,111 @@ def test_no_broken_mode_ever_passes(tmp_path: Path) -> None:
     broken = ["crash", "no-report", "garbage", "schema-invalid", "wrong-numbers", "ignore-trace"]
     for mode in broken:
         assert outcome(mode, VALID) is not Outcome.PASS, mode
+
+
+# Partial implementations (issue 12): an additive feature (trace) is compared without it, the
+# feature list is closed, and the smoke cases reach every adapter.
+
+
+def test_without_trace_a_traced_case_runs_and_is_compared_with_trace_null() -> None:
+    """R30: without --trace the report's trace is null and nothing else changes, so a case that
+    expects a trace still checks every other byte of an implementation without `trace` (the
+    fake refuses --trace, as such an implementation would)."""
+    implementation = fake("no-trace")
+    description = implementation.describe()
+    assert "trace" not in description.features
+    assert VALID.trace
+    result = run_case(VALID, implementation, description)
+    assert result.outcome is Outcome.PASS, result.message
+    assert result.compared_without == ("trace",)
+    assert result.message == "compared without trace (not declared)"
+
+
+def test_without_trace_a_wrong_number_still_fails_where_it_is() -> None:
+    implementation = fake("no-trace-wrong-numbers")
+    result = run_case(VALID, implementation, implementation.describe())
+    assert result.outcome is Outcome.FAIL
+    assert result.difference is not None
+    assert result.difference.pointer == "/requests/0/token_times_us/2"
+    assert result.difference.count == 1
+    assert result.message.endswith("; compared without trace (not declared)")
+
+
+def test_a_report_with_a_trace_from_an_implementation_without_trace_fails() -> None:
+    """The comparison is against trace null: a trace the harness did not ask for is wrong."""
+    verdict, message, difference = judge_report(
+        VALID.expected_report.read_bytes(), expected_bytes(VALID, ["trace"])
+    )
+    assert verdict is Outcome.FAIL
+    assert difference is not None
+    assert difference.pointer == "/trace"
+    assert "first difference at /trace" in message
+
+
+def test_expected_report_without_trace_is_the_canonical_report_with_trace_null() -> None:
+    value = json.loads(VALID.expected_report.read_bytes())
+    assert value["trace"]
+    value["trace"] = None
+    assert expected_bytes(VALID, ["trace"]) == canonical_json(value)
+    assert expected_bytes(VALID, []) == VALID.expected_report.read_bytes()
+
+
+def test_no_valid_case_is_skipped_for_want_of_trace_alone() -> None:
+    """Issue 12: 58 of 68 report cases expect a trace; an implementation with every feature but
+    trace now runs every one of them."""
+    description = fake("no-trace").describe()
+    report_cases = [case for case in CORPUS.cases if case.expectation is Expect.REPORT]
+    traced = [case for case in report_cases if case.trace]
+    assert len(traced) > len(report_cases) // 2
+    assert [case.id for case in report_cases if skip_reason(case, description)] == []
+    assert {compared_without(case, description) for case in traced} == {("trace",)}
+
+
+def test_an_adapter_without_trace_that_writes_nothing_is_adapter_broken() -> None:
+    """The smoke cases need no optional feature, so they run, and the verdict is reached."""
+    implementation = fake("no-trace-no-report")
+    results, broken = run_cases(CORPUS.cases, implementation, implementation.describe())
+    assert broken
+    assert [result.tier for result in results] == ["smoke", "smoke", "smoke"]
+    assert {result.outcome for result in results} == {Outcome.ERROR}
+    assert {result.message for result in results} == {"exit 0 without a report"}
+    assert results[0].compared_without == ("trace",)
+
+
+def test_smoke_cases_need_no_optional_feature() -> None:
+    smoke = [case for case in CORPUS.cases if case.smoke]
+    assert len(smoke) == 3
+    assert all(case.features <= ADDITIVE for case in smoke), [case.id for case in smoke]
+
+
+def test_an_unknown_feature_tag_is_refused_with_a_suggestion() -> None:
+    with pytest.raises(HarnessError) as raised:
+        fake("unknown-feature").describe()
+    message = str(raised.value)
+    assert message.startswith('--describe names unknown feature tags: "routing.randm"')
+    assert "(did you mean routing.random?)" in message
+    assert "conformance/README.md" in message
+
+
+def test_the_feature_list_is_the_describe_schema_s_enum() -> None:
+    assert harness_schema("describe")["properties"]["features"]["items"]["enum"] == list(FEATURES)
+    assert {tag for tag, kind in FEATURES.items() if kind is Kind.ADDITIVE} == ADDITIVE
+
+
+def test_a_corpus_case_with_an_unknown_feature_is_a_corpus_bug(tmp_path: Path) -> None:
+    manifest = json.loads((GOLDEN / "manifest.json").read_text())
+    manifest["cases"][0]["features"] = ["trace", "prefill.chunky"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(
+        CorpusError,
+        match=r'smoke-one-request names unknown feature tags: "prefill.chunky" \(did you mean '
+        r"prefill.chunked\?\)",
+    ):
+        load_corpus(tmp_path)
+
+
+def test_a_protocol_3_implementation_is_accepted() -> None:
+    implementation = fake("protocol-3")
+    description = implementation.describe()
+    assert description.protocol_version == 3
+    assert run_case(VALID, implementation, description).outcome is Outcome.PASS

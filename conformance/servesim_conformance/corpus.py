@@ -20,6 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from servesim_conformance.features import unknown_features_message
 from servesim_conformance.schemas import validate_harness_document
 
 #: The input files of every case, by the role ``servesim replay`` gives them.
@@ -158,6 +159,10 @@ def load_corpus(root: Path | None = None) -> Corpus:
     if problems:
         raise CorpusError(f"BUG IN TEST CORPUS: {manifest_path}: " + "; ".join(problems))
     cases = tuple(_case(root, entry) for entry in manifest["cases"])
+    for case in cases:
+        unknown = unknown_features_message(sorted(case.features), where=case.id)
+        if unknown is not None:
+            raise CorpusError(f"BUG IN TEST CORPUS: {manifest_path}: {unknown}")
     misplaced = [
         f"{case.id} expects {case.expectation} but is not under {_FOLDERS[case.expectation]}"
         for case in cases

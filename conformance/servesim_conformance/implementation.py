@@ -21,11 +21,13 @@ from typing import IO, Any
 
 from servesim.migrations import version_key
 from servesim.schemas import SUPPORTED_VERSIONS
+from servesim_conformance.features import unknown_features_message
 from servesim_conformance.schemas import validate_harness_document
 
-#: The harness protocol versions this harness speaks: 1 (exit codes 0 and 2) and 2 (adds exit
-#: code 3, R38).
-SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2)
+#: The harness protocol versions this harness speaks: 1 (exit codes 0 and 2), 2 (adds exit
+#: code 3, R38) and 3 (protocol 2's command line; its harness documents close the feature list
+#: and add agreement figures to the run report).
+SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2, 3)
 
 #: The first protocol with exit code 3 (R43): out-of-coverage cases need it.
 OUT_OF_COVERAGE_PROTOCOL = 2
@@ -185,6 +187,12 @@ class Implementation:
             raw = json.loads(run.stdout)
         except ValueError as error:
             raise HarnessError(f"--describe did not print JSON ({error})") from None
+        features = raw.get("features") if isinstance(raw, dict) else None
+        unknown = unknown_features_message(
+            features if isinstance(features, list) else [], where="--describe"
+        )
+        if unknown is not None:  # before the schema, whose enum message lists no suggestion
+            raise HarnessError(unknown)
         problems = validate_harness_document("describe", raw)
         if problems:
             raise HarnessError("--describe printed an invalid description: " + "; ".join(problems))

@@ -82,3 +82,6 @@ class CaseResult:
     difference: Difference | None = None
     details: dict[str, str] = field(default_factory=dict)
     """Extra context: exit code, the tail of stderr, the argv that was run."""
+    compared_without: tuple[str, ...] = ()
+    """The additive features the case needs but the implementation does not declare: the case
+    ran without them and was compared without the report members they add."""

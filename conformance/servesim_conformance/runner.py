@@ -8,6 +8,7 @@ report 1.0 writer is still held to every byte of what 1.0 holds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -21,6 +22,7 @@ from servesim.migrations import CHAIN
 from servesim.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.compare import first_difference
 from servesim_conformance.corpus import Case, Expect
+from servesim_conformance.features import ADDITIVE, expected_without
 from servesim_conformance.implementation import Description, Implementation, Run
 from servesim_conformance.outcomes import CaseResult, Difference, Outcome
 
@@ -123,11 +125,55 @@ def _compare(data: bytes, expected: bytes, *, note: str) -> Verdict:
     return Outcome.FAIL, str(difference) + note, difference
 
 
+def compared_without(case: Case, description: Description) -> tuple[str, ...]:
+    """The additive features the case needs and the implementation does not declare: the case
+    runs without them and is compared without what they add (conformance/README.md)."""
+    return tuple(sorted((case.features & ADDITIVE) - description.features))
+
+
+def expected_bytes(case: Case, without: Iterable[str]) -> bytes:
+    """The case's expected report, without what the additive features ``without`` add (R30:
+    without ``--trace`` the trace is null), re-canonicalised (R23)."""
+    expected = case.expected_report.read_bytes()
+    without = list(without)
+    return expected_without(expected, without) if without else expected
+
+
+def _traced(case: Case, description: Description) -> bool:
+    """Whether to ask for the trace: the case is traced and the implementation declares it."""
+    return case.trace and "trace" in description.features
+
+
 def run_valid(
     case: Case, implementation: Implementation, description: Description, workdir: Path
 ) -> CaseResult:
-    """A valid case must exit 0 and write exactly the expected report (after migration)."""
-    run = implementation.run(replay_arguments(workdir, trace=case.trace))
+    """A valid case must exit 0 and write exactly the expected report (after migration); for
+    an implementation without an additive feature the case needs, exactly the expected report
+    without what the feature adds."""
+    without = compared_without(case, description)
+    run = implementation.run(replay_arguments(workdir, trace=_traced(case, description)))
+    result = _judge_valid_run(case, implementation, description, workdir, run, without)
+    if not without:
+        return result
+    if result.outcome not in _JUDGED:  # no report was compared: the message says why
+        return dataclasses.replace(result, compared_without=without)
+    note = f"compared without {', '.join(without)} (not declared)"
+    message = f"{result.message}; {note}" if result.message else note
+    return dataclasses.replace(result, message=message, compared_without=without)
+
+
+#: The outcomes of a report that was compared with the expected one.
+_JUDGED = {Outcome.PASS, Outcome.FAIL, Outcome.INVALID_REPORT}
+
+
+def _judge_valid_run(
+    case: Case,
+    implementation: Implementation,
+    description: Description,
+    workdir: Path,
+    run: Run,
+    without: tuple[str, ...],
+) -> CaseResult:
     details = _details(implementation, run)
     problem = _process_problem(run, implementation)
     if problem is not None:
@@ -153,7 +199,7 @@ def run_valid(
         )
     outcome, message, difference = judge_report(
         report.read_bytes(),
-        case.expected_report.read_bytes(),
+        expected_bytes(case, without),
         description.schema_versions.get("report", []),
     )
     return CaseResult(
@@ -195,6 +241,7 @@ def _out_of_coverage_verdict(case: Case, returncode: int, left_report: bool) -> 
 def _run_expecting_no_report(
     case: Case,
     implementation: Implementation,
+    description: Description,
     workdir: Path,
     *,
     tier: str,
@@ -202,7 +249,9 @@ def _run_expecting_no_report(
 ) -> CaseResult:
     """Run a case that must end without a report, judged by ``verdict`` on the exit code and
     whether a report file was left behind."""
-    run = implementation.run(replay_arguments(workdir, trace=case.trace and case.valid))
+    run = implementation.run(
+        replay_arguments(workdir, trace=case.valid and _traced(case, description))
+    )
     details = _details(implementation, run)
     problem = _process_problem(run, implementation)
     if problem is not None:
@@ -212,18 +261,27 @@ def _run_expecting_no_report(
     return CaseResult(case.id, tier, outcome, message, run.duration_s, details=details)
 
 
-def run_invalid(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
+def run_invalid(
+    case: Case, implementation: Implementation, description: Description, workdir: Path
+) -> CaseResult:
     """An invalid case must exit 2 and leave no report."""
     return _run_expecting_no_report(
-        case, implementation, workdir, tier="invalid", verdict=_invalid_verdict
+        case, implementation, description, workdir, tier="invalid", verdict=_invalid_verdict
     )
 
 
-def run_out_of_coverage(case: Case, implementation: Implementation, workdir: Path) -> CaseResult:
+def run_out_of_coverage(
+    case: Case, implementation: Implementation, description: Description, workdir: Path
+) -> CaseResult:
     """A case whose replay forms a step outside the profile's coverage must exit 3 and leave no
     report (R43)."""
     return _run_expecting_no_report(
-        case, implementation, workdir, tier="golden", verdict=_out_of_coverage_verdict
+        case,
+        implementation,
+        description,
+        workdir,
+        tier="golden",
+        verdict=_out_of_coverage_verdict,
     )
 
 
@@ -234,7 +292,7 @@ def skip_reason(case: Case, description: Description) -> str | None:
     given to it. A version nobody reads (not released for its kind) is the fault of an invalid
     case, which every implementation must reject (R2, R5), so it is no reason to skip.
     """
-    missing = sorted(case.features - description.features)
+    missing = sorted(case.features - description.features - ADDITIVE)
     if missing:
         return f"needs undeclared features: {', '.join(missing)}"
     unread = [
@@ -254,9 +312,9 @@ def _run_in(
 ) -> CaseResult:
     """The runner of the case's expectation."""
     if case.expectation is Expect.OUT_OF_COVERAGE:
-        return run_out_of_coverage(case, implementation, workdir)
+        return run_out_of_coverage(case, implementation, description, workdir)
     if case.expectation is Expect.INVALID_INPUT:
-        return run_invalid(case, implementation, workdir)
+        return run_invalid(case, implementation, description, workdir)
     return run_valid(case, implementation, description, workdir)
 
 
@@ -278,15 +336,7 @@ def run_case(
         for path in case.input_paths().values():
             shutil.copyfile(path, workdir / path.name)
         result = _run_in(case, implementation, description, workdir)
-    result = CaseResult(
-        result.case_id,
-        tier,
-        result.outcome,
-        result.message,
-        result.duration_s,
-        result.difference,
-        result.details,
-    )
+    result = dataclasses.replace(result, tier=tier)
     reason = (expected_failures or {}).get(case.id)
     if reason is None:
         return result
@@ -297,18 +347,11 @@ def run_case(
             Outcome.XPASS,
             f"listed as an expected failure ({reason}) but passed: remove it from the list",
             result.duration_s,
+            compared_without=result.compared_without,
         )
     if result.outcome is Outcome.SKIP:
         return result
-    return CaseResult(
-        case.id,
-        tier,
-        Outcome.XFAIL,
-        f"expected failure: {reason}",
-        result.duration_s,
-        result.difference,
-        result.details,
-    )
+    return dataclasses.replace(result, outcome=Outcome.XFAIL, message=f"expected failure: {reason}")
 
 
 def adapter_broken(smoke_results: list[CaseResult]) -> bool:

@@ -23,7 +23,7 @@ FEATURES: tuple[str, ...] = (
 
 
 def description(version: str) -> dict[str, Any]:
-    """The ``--describe`` document (schemas/harness/v2/describe.schema.json).
+    """The ``--describe`` document (schemas/harness/v3/describe.schema.json).
 
     Inputs list every version read; the report lists the versions written (R38).
     """

@@ -24,7 +24,19 @@ from servesim.model import StepShape
 from servesim_cli.main import main as reference_main
 
 #: Modes that run the reference unchanged (they differ in their --describe answer only).
-HONEST_RUNS = {"honest", "bad-protocol", "no-chunking", "reads-only-2.0", "protocol-1"}
+HONEST_RUNS = {
+    "honest",
+    "bad-protocol",
+    "no-chunking",
+    "reads-only-2.0",
+    "protocol-1",
+    "protocol-3",
+    "unknown-feature",
+}
+
+#: Modes that do not declare ``trace`` and refuse ``--trace`` as an unknown argument, as an
+#: implementation without the feature would.
+WITHOUT_TRACE = {"no-trace", "no-trace-no-report", "no-trace-wrong-numbers", "late-by-microseconds"}
 
 #: Modes that declare report 1.0 as the only version they write.
 REPORT_1_0_WRITERS = {"writes-report-1.0", "non-canonical-1.0", "undeclared-report-version"}
@@ -72,7 +84,31 @@ def describe(mode: str) -> dict[str, Any]:
         described["schema_versions"]["report"] = ["1.0"]
     if mode == "protocol-1-measured":  # the combination R38 forbids
         described["protocol_version"] = 1
+    if mode == "protocol-3":
+        described["protocol_version"] = 3
+    if mode == "unknown-feature":  # a misspelt tag
+        described["features"].append("routing.randm")
+    if mode in WITHOUT_TRACE:
+        described["features"].remove("trace")
     return described
+
+
+def late_by_microseconds(report: bytes) -> bytes:
+    """A simulator with slightly other conventions: every token of every completed request
+    comes ``2 * (i + 1)`` µs late for the i-th request of the workload (in report order), so
+    first token, completion and every token time shift; the summary is left as the reference's
+    except ``ttft_us.p99``, one µs more."""
+    value = json.loads(report)
+    for index, entry in enumerate(value["requests"]):
+        if not entry["token_times_us"]:
+            continue
+        late = 2 * (index + 1)
+        entry["token_times_us"] = [time + late for time in entry["token_times_us"]]
+        entry["first_token_us"] += late
+        entry["completion_us"] += late
+    if value["summary"]["ttft_us"]["p99"] is not None:
+        value["summary"]["ttft_us"]["p99"] += 1
+    return canonical_json(value)
 
 
 def floor_rounding(arguments: list[str]) -> int:
@@ -98,6 +134,13 @@ def main() -> int:
         return 0
     output = Path(_option(arguments, "--output"))
     trace = "--trace" in arguments
+    if mode in WITHOUT_TRACE and trace:
+        print("error: unrecognized arguments: --trace", file=sys.stderr)
+        return 1
+    if mode == "no-trace-no-report":
+        return 0
+    if mode == "no-trace":
+        return reference_main(["replay", *arguments])
     if mode == "floor-rounding":
         return floor_rounding(arguments)
     if mode in HONEST_RUNS:
@@ -132,7 +175,9 @@ def main() -> int:
         output.write_bytes(b"this is not JSON\n")
     elif mode == "schema-invalid":
         output.write_bytes(b'{"document": "report", "schema_version": "1.0"}\n')
-    elif mode == "wrong-numbers":
+    elif mode == "late-by-microseconds":
+        output.write_bytes(late_by_microseconds(report))
+    elif mode in {"wrong-numbers", "no-trace-wrong-numbers"}:
         value = json.loads(report)
         completed = [entry for entry in value["requests"] if entry["token_times_us"]]
         if completed:

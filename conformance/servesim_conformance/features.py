@@ -1,0 +1,91 @@
+"""The closed list of feature tags an implementation may declare, and what each one means to the
+harness.
+
+A tag is one of three kinds:
+
+- *baseline*: every implementation has it; declaring it is allowed and changes nothing, and no
+  case needs it;
+- *behavioural*: it changes what a replay does, so a case that needs an undeclared one cannot be
+  run and is skipped;
+- *additive*: it only adds members to the report, so a case that needs an undeclared one still
+  runs, without the feature's argument, and is compared with the expected report as SPEC.md
+  writes it when the feature is off (``trace``: R30, the report's ``trace`` is null).
+
+The list is the describe schema's enum (``schemas/harness/v3/describe.schema.json``); a test
+checks the two agree.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from servesim.canonical import canonical_json
+
+
+class Kind(enum.Enum):
+    """How a feature weighs when an implementation does not declare it."""
+
+    BASELINE = "baseline"
+    BEHAVIOURAL = "behavioural"
+    ADDITIVE = "additive"
+
+
+#: Every feature tag, with its kind.
+FEATURES: dict[str, Kind] = {
+    "prefill.chunked": Kind.BEHAVIOURAL,
+    "prefill.whole": Kind.BASELINE,
+    "routing.random": Kind.BEHAVIOURAL,
+    "routing.round_robin": Kind.BASELINE,
+    "timing.grid": Kind.BEHAVIOURAL,
+    "timing.regression": Kind.BEHAVIOURAL,
+    "timing.synthetic_linear": Kind.BASELINE,
+    "trace": Kind.ADDITIVE,
+}
+
+
+def _without_trace(report: dict[str, Any]) -> None:
+    """R30: without ``--trace``, ``trace`` is null; R31: nothing else in the report depends on
+    whether the trace was asked for."""
+    report["trace"] = None
+
+
+#: For each additive feature, how the expected report loses what the feature adds.
+_REMOVERS: dict[str, Callable[[dict[str, Any]], None]] = {"trace": _without_trace}
+
+#: The additive features (``FEATURES``' ``ADDITIVE`` tags, each with its remover).
+ADDITIVE: frozenset[str] = frozenset(_REMOVERS)
+
+
+def unknown_features(tags: Iterable[object]) -> list[str]:
+    """The tags that are not on the list, each with a suggestion when one is close, in order."""
+    messages = []
+    for tag in tags:
+        if isinstance(tag, str) and tag in FEATURES:
+            continue
+        text = json.dumps(tag)
+        close = difflib.get_close_matches(str(tag), FEATURES, n=1)
+        messages.append(f"{text} (did you mean {close[0]}?)" if close else text)
+    return messages
+
+
+def unknown_features_message(tags: Iterable[object], *, where: str) -> str | None:
+    """A clear refusal of unknown tags in ``where``, or None when every tag is known."""
+    unknown = unknown_features(tags)
+    if not unknown:
+        return None
+    return (
+        f"{where} names unknown feature tags: {', '.join(unknown)}; the feature tags are "
+        f"{', '.join(FEATURES)} (conformance/README.md, Features)"
+    )
+
+
+def expected_without(expected: bytes, features: Iterable[str]) -> bytes:
+    """The canonical expected report (R23) without what the additive ``features`` add."""
+    value = json.loads(expected)
+    for feature in sorted(features):
+        _REMOVERS[feature](value)
+    return canonical_json(value)
