@@ -250,6 +250,103 @@ def line(label: str, figures: dict[str, Any]) -> str:
     )
 
 
+def timed_command(arguments: list[str], *, repeat: int = 1) -> float:
+    """The best wall time, in seconds, of running ``python -m servesim ARGUMENTS`` as a whole
+    process (interpreter start and imports included), out of ``repeat`` runs."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "servesim", *arguments], check=True, capture_output=True
+        )
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+#: Vidur's published time for its example (10,000 requests at 10/s on one replica), seconds.
+VIDUR_SECONDS = 35.0
+#: Issue 15's target for the same workload: 50 times faster than Vidur, whole process.
+VIDUR_TARGET_SECONDS = 0.7
+
+
+def vidur_section(folder: Path, *, short: bool) -> None:
+    """``servesim replay`` of a Vidur-like workload (benchmarks/vidur_workload.py), end to end,
+    against Vidur's 35 s; in the full run the plain loop's report is compared byte for byte."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import vidur_workload
+
+    paths = vidur_workload.write(folder)
+    report = folder / "vidur-report.json"
+    replay = [
+        "replay",
+        *("--scenario", str(paths["scenario"]), "--workload", str(paths["workload"])),
+        *("--timing-profile", str(paths["timing"]), "--output", str(report)),
+    ]
+    wall = timed_command(replay, repeat=1 if short else 5)
+    requests = vidur_workload.REQUESTS
+    print(
+        f"servesim replay, {requests:,} requests (Poisson {vidur_workload.RATE_PER_S:g}/s, seed "
+        f"{vidur_workload.SEED}), 1 worker, whole process: {wall:.2f} s (best of "
+        f"{1 if short else 5}; target < {VIDUR_TARGET_SECONDS} s)"
+    )
+    print(
+        f"Vidur {VIDUR_SECONDS:g} s / servesim: {VIDUR_SECONDS / wall:.0f}x "
+        f"(target >= {VIDUR_SECONDS / VIDUR_TARGET_SECONDS:.0f}x)"
+    )
+    if not short:
+        plain = folder / "vidur-report-plain.json"
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, str(PLAIN_LOOP), *replay[:-1], str(plain)],
+            check=True,
+            capture_output=True,
+        )
+        plain_wall = time.perf_counter() - started
+        same = plain.read_bytes() == report.read_bytes()
+        print(f"plain loop, whole process: {plain_wall:.2f} s; reports byte-identical: {same}")
+
+
+def report_tools_section(folder: Path, workload: dict[str, Any], *, short: bool) -> None:
+    """``servesim validate`` and ``servesim migrate`` (already current) of the report of a
+    16-worker replay, against that replay's time, all whole processes (issue 16: <= 3x)."""
+    name = f"tools-{len(workload['requests'])}"
+    paths = {
+        "scenario": folder / "tools-s16.json",
+        "timing": folder / "tools-timing.json",
+        "workload": folder / f"{name}.json",
+        "report": folder / f"{name}-report.json",
+        "migrated": folder / f"{name}-migrated.json",
+    }
+    paths["scenario"].write_text(json.dumps(scenario(16)))
+    paths["timing"].write_text(json.dumps(TIMING))
+    paths["workload"].write_text(json.dumps(workload))
+    repeat = 1 if short else 3
+    replay = timed_command(
+        [
+            "replay",
+            *("--scenario", str(paths["scenario"]), "--workload", str(paths["workload"])),
+            *("--timing-profile", str(paths["timing"]), "--output", str(paths["report"])),
+        ],
+        repeat=repeat,
+    )
+    size_mb = paths["report"].stat().st_size / 1e6
+    validate = timed_command(["validate", str(paths["report"])], repeat=repeat)
+    migrate = timed_command(
+        ["migrate", str(paths["report"]), "--output", str(paths["migrated"])], repeat=repeat
+    )
+    same = paths["migrated"].read_bytes() == paths["report"].read_bytes()
+    print(f"replay (writes a {size_mb:.0f} MB report, no trace): {replay:8.2f} s")
+    print(
+        f"validate the report:  {validate:8.2f} s  {validate / replay:5.2f}x replay (target <= 3x)"
+    )
+    print(
+        f"migrate it (current): {migrate:8.2f} s  {migrate / replay:5.2f}x replay (target <= 3x); "
+        f"unchanged bytes: {same}"
+    )
+    for path in paths.values():
+        path.unlink(missing_ok=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -320,6 +417,10 @@ def main() -> int:
         )
         speedup = plain_measured["wall_s"] / measured["regression"]["wall_s"]
         print(f"regression speed-up: {speedup:.1f}x; reports byte-identical: {same}")
+        print("\n== Vidur-like workload, end to end (issue 15) ==")
+        vidur_section(folder, short=arguments.short)
+        print("\n== validate and migrate a mooncake report, 16 workers (issue 16) ==")
+        report_tools_section(folder, workload, short=arguments.short)
         print("\n== workers: 1,024 versus 16 (same trace) ==")
         wide = run(folder, name, workload, 1024, trace=False)
         print(f"1024 / 16 workers time: {wide['wall_s'] / ours['wall_s']:.2f}x (target < 2x)")

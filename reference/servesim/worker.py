@@ -111,7 +111,9 @@ def context_tokens(decode: list[RequestState]) -> int:
 
 def _steps_to_first_completion(step: Step) -> int:
     """How many decode steps pass before the first of ``step``'s decoding requests completes."""
-    return min(state.request.max_output_tokens - len(state.token_times_us) for state in step.decode)
+    return min(
+        [state.request.max_output_tokens - len(state.token_times_us) for state in step.decode]
+    )
 
 
 def decode_run_length(step: Step, max_end_us: int) -> int:
@@ -236,10 +238,12 @@ class Worker:
         decode = [state for state in self.running if state.decoding]
         budget = limits.max_batched_tokens - len(decode)
         prefill: list[tuple[RequestState, int]] = []
-        # R18: running requests still prefilling continue, in running order.
-        for state in self.running:
-            if state.decoding:
-                continue
+        # R18: running requests still prefilling continue, in running order (with whole
+        # prefill, or when every running request decodes, there are none to look for).
+        prefilling = []
+        if len(decode) < len(self.running):
+            prefilling = [state for state in self.running if not state.decoding]
+        for state in prefilling:
             tokens = prefill_allotment(
                 state.request.prompt_tokens - state.prefilled, budget, limits
             )
