@@ -203,7 +203,7 @@ def test_2_0_reader_rejects_the_old_member_name() -> None:
 # --- the command ----------------------------------------------------------------------------
 
 
-def _fixture_check(data: bytes, file: str, kind: str) -> None:
+def _fixture_check(data: bytes, file: str, kind: str, parsed: object = None) -> None:
     load_scenario_2_0(data, file)
 
 

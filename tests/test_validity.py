@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from servesim import validity
 from servesim.documents import (
     _has_long_digit_run,
-    _parse,
     check_header,
     load_document,
+    read_json,
     schema_problems,
 )
 from servesim.errors import InvalidInput
@@ -38,7 +38,7 @@ KINDS = [(kind, version) for kind, versions in SUPPORTED_VERSIONS.items() for ve
 
 def _decisions(data: bytes, kind: str, version: str) -> tuple[bool | None, bool]:
     """(the fast decision, None where it is not asked; jsonschema's) for a document's bytes."""
-    parsed = _parse(data, "doc.json")
+    parsed = read_json(data, "doc.json")
     explained_valid = not schema_problems(parsed.value, kind, version, "doc.json")
     if not parsed.plain_numbers:
         return None, explained_valid
@@ -48,7 +48,7 @@ def _decisions(data: bytes, kind: str, version: str) -> tuple[bool | None, bool]
 def _header(data: bytes) -> tuple[str, str] | None:
     """The kind and version of a document that passes R1 and R2; None for one rejected there."""
     try:
-        return check_header(_parse(data, "doc.json").value, "doc.json", None)
+        return check_header(read_json(data, "doc.json").value, "doc.json", None)
     except InvalidInput:
         return None
 
@@ -172,7 +172,7 @@ def test_an_integral_float_for_an_integer_is_not_put_to_the_fast_validator() -> 
     """JSON Schema calls 1.0 an integer, R1 does not: jsonschema decides, with its message."""
     text = b'{"document": "workload", "schema_version": "1.0", "requests": [{"id": "a", '
     text += b'"arrival_us": 0, "prompt_tokens": 1.0, "max_output_tokens": 1}]}'
-    parsed = _parse(text, "w.json")
+    parsed = read_json(text, "w.json")
     assert not parsed.plain_numbers
     assert validity.is_valid(parsed.value, "workload", "1.0")  # what the fast one would say
     with pytest.raises(InvalidInput) as error:
@@ -185,7 +185,7 @@ def test_an_integral_float_for_an_integer_is_not_put_to_the_fast_validator() -> 
 def test_a_long_integer_literal_keeps_its_message() -> None:
     text = b'{"document": "workload", "schema_version": "1.0", "requests": [{"id": "a", '
     text += b'"arrival_us": ' + b"9" * 41 + b', "prompt_tokens": 1, "max_output_tokens": 1}]}'
-    assert not _parse(text, "w.json").plain_numbers
+    assert not read_json(text, "w.json").plain_numbers
     with pytest.raises(InvalidInput) as error:
         load_document(text, "w.json")
     assert "a 41-digit integer" in str(error.value.problems[0])

@@ -121,11 +121,13 @@ def _parse_int(literal: str) -> int:
 
 def parse_json(data: bytes, file: str) -> Any:
     """R1: UTF-8 JSON text without duplicate keys, NaN or Infinity."""
-    return _parse(data, file).value
+    return read_json(data, file).value
 
 
 @dataclass(frozen=True)
-class _Parsed:
+class ParsedJson:
+    """A document's parsed value (R1), and whether ``servesim.validity`` may judge it."""
+
     value: Any
     plain_numbers: bool
     """No integer stand-in (``_OversizedInteger``) and no float literal whose value is integral
@@ -145,7 +147,8 @@ def _has_long_digit_run(data: bytes) -> bool:
     return b"0" * (_MAX_INTEGER_DIGITS + 1) in data.translate(_DIGITS_AS_ZERO)
 
 
-def _parse(data: bytes, file: str) -> _Parsed:
+def read_json(data: bytes, file: str) -> ParsedJson:
+    """``parse_json``, noting what ``servesim.validity`` needs to know of the numbers."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -182,7 +185,7 @@ def _parse(data: bytes, file: str) -> _Parsed:
         raise InvalidInput([InputProblem(file, "", f"not valid JSON: {error}")]) from None
     if _SURROGATE_ESCAPE.search(text):  # rare: look for the string that holds it
         _raise_if_any(list(_lone_surrogates(value, [], file)))
-    return _Parsed(value, plain_numbers=not long_integers and not unusual_floats)
+    return ParsedJson(value, plain_numbers=not long_integers and not unusual_floats)
 
 
 #: A \uD800 to \uDFFF escape: half of a UTF-16 surrogate pair, alone unless its partner follows.
@@ -513,11 +516,20 @@ def load_document(data: bytes, file: str, expected_kind: str | None = None) -> D
     """Parse and check one input document's bytes (R1 to R4), or raise ``InvalidInput``.
 
     ``file`` names the document in messages; ``expected_kind``, when given, is the only kind
-    accepted (R2). A valid document is recognised by ``servesim.validity`` (fast); only one it
-    does not accept is explained by ``schema_problems`` (``jsonschema``), so the messages are the
-    same either way.
+    accepted (R2).
     """
-    parsed = _parse(data, file)
+    return check_document(read_json(data, file), data, file, expected_kind)
+
+
+def check_document(
+    parsed: ParsedJson, data: bytes, file: str, expected_kind: str | None = None
+) -> Document:
+    """R2 to R4 for the document ``read_json`` made of ``data``: ``load_document`` for a
+    caller that has parsed the bytes already (``servesim migrate``), so they are read once.
+
+    A valid document is recognised by ``servesim.validity`` (fast); only one it does not accept
+    is explained by ``schema_problems`` (``jsonschema``), so the messages are the same either way.
+    """
     value = parsed.value
     kind, version = check_header(value, file, expected_kind)
     if not (parsed.plain_numbers and validity.is_valid(value, kind, version)):
