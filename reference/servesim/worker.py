@@ -25,16 +25,19 @@ class RequestState:
     worker: int | None = None
     reject_reason: str | None = None
     prefilled: int = 0
-    """Prompt tokens prefilled so far (R20)."""
+    """Prompt tokens prefilled so far (R20); only ``prefill`` adds to it."""
+    decoding: bool = False
+    """Whether the request is in the Decode phase: its whole prompt is prefilled (R9). Kept by
+    ``prefill`` rather than computed, since every step asks it of every running request."""
     first_scheduled_us: int | None = None
     token_times_us: TokenTimes = field(default_factory=TokenTimes)
     """When each output token was produced; its length is the number generated so far."""
     terminal_us: int | None = None
 
-    @property
-    def decoding(self) -> bool:
-        """Whether the request is in the Decode phase: its whole prompt is prefilled (R9)."""
-        return self.prefilled == self.request.prompt_tokens
+    def prefill(self, tokens: int) -> None:
+        """R20: ``tokens`` more prompt tokens were prefilled."""
+        self.prefilled += tokens
+        self.decoding = self.prefilled == self.request.prompt_tokens
 
 
 @dataclass(slots=True, eq=False)
@@ -282,7 +285,7 @@ class Worker:
                 state.token_times_us.extend_progression(first, step.duration_us, step.repeat)
         first_tokens = 0
         for state, tokens in step.prefill:
-            state.prefilled += tokens
+            state.prefill(tokens)
             if state.decoding:  # the step that finishes the prefill emits the first token
                 state.token_times_us.append(end)
                 first_tokens += 1
