@@ -295,13 +295,9 @@ class Worker:
             if len(state.token_times_us) == state.request.max_output_tokens
         ]
         if finished:
-            self.running = [
-                state
-                for state in self.running
-                if len(state.token_times_us) < state.request.max_output_tokens
-            ]
             for state in finished:
                 state.terminal_us = end
+            self.running = [state for state in self.running if state.terminal_us is None]
         self.steps += step.repeat
         self.busy_us += step.end_us - step.start_us
         self.prefill_tokens += step.prefill_tokens
