@@ -31,7 +31,7 @@ def canonical_bytes(value: Any) -> bytes:
     if type(value) is float:  # a lone number or string: no container to write around it
         return rfc8785.dumps(value)
     if type(value) is str and value.isascii():
-        return json.dumps(value).encode("ascii")
+        return json.dumps(value, ensure_ascii=False).encode("ascii")
     floats: list[float] = []
     prepared = _with_float_placeholders(value, floats)
     text = json.dumps(
