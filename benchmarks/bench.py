@@ -320,6 +320,12 @@ def main() -> int:
         )
         speedup = plain_measured["wall_s"] / measured["regression"]["wall_s"]
         print(f"regression speed-up: {speedup:.1f}x; reports byte-identical: {same}")
+        from bench_io import report_tools_section, vidur_section
+
+        print("\n== Vidur-like workload, end to end (issue 15) ==")
+        vidur_section(folder, short=arguments.short, plain_loop=PLAIN_LOOP)
+        print("\n== validate and migrate a mooncake report, 16 workers (issue 16) ==")
+        report_tools_section(folder, workload, scenario(16), TIMING, short=arguments.short)
         print("\n== workers: 1,024 versus 16 (same trace) ==")
         wide = run(folder, name, workload, 1024, trace=False)
         print(f"1024 / 16 workers time: {wide['wall_s'] / ours['wall_s']:.2f}x (target < 2x)")

@@ -25,7 +25,12 @@ from servesim.documents import load_document
 from servesim.errors import InvalidInput
 from servesim.migrations import CHAIN, Migration, MigrationChain
 from servesim.replay import replay_documents
-from servesim_conformance.evolution.cli import add_migrate_arguments, migrate_file, run_migrate
+from servesim_conformance.evolution.cli import (
+    add_migrate_arguments,
+    migrate_file,
+    reference_check,
+    run_migrate,
+)
 from servesim_conformance.strategies import requests, scenarios
 from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
 from tests.evolution_fixtures import SCENARIO_1_1, SCENARIO_2_0, load, load_scenario_2_0
@@ -203,7 +208,7 @@ def test_2_0_reader_rejects_the_old_member_name() -> None:
 # --- the command ----------------------------------------------------------------------------
 
 
-def _fixture_check(data: bytes, file: str, kind: str) -> None:
+def _fixture_check(data: bytes, file: str, kind: str, parsed: object = None) -> None:
     load_scenario_2_0(data, file)
 
 
@@ -225,6 +230,31 @@ def test_migrate_file_writes_nothing_when_the_result_is_invalid(tmp_path: Path) 
     status = migrate_file(str(source), chain=FIXTURE_CHAIN, check=_fixture_check, output=output)
     assert status == 2
     assert not output.exists()
+
+
+def test_migrate_file_reads_a_current_document_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16: a large report already at the current version was parsed twice (once to find
+    its version, once to check it); now the check reuses the first parse, and the bytes are
+    written as read."""
+    import servesim.documents
+
+    parses: list[str] = []
+    read_json = servesim.documents.read_json
+
+    def counting(data: bytes, file: str) -> Any:
+        parses.append(file)
+        return read_json(data, file)
+
+    monkeypatch.setattr(servesim.documents, "read_json", counting)
+    source = tmp_path / "scenario.json"
+    source.write_bytes(_bytes(scenario_doc()))
+    output = tmp_path / "out.json"
+    status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
+    assert status == 0
+    assert parses == [str(source)]
+    assert output.read_bytes() == source.read_bytes()
 
 
 def _run(*argv: str) -> int:

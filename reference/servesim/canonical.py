@@ -28,6 +28,10 @@ def canonical_bytes(value: Any) -> bytes:
     numbers are printed by ``rfc8785`` itself. Output that is not pure ASCII, where key order
     could differ, is written by ``rfc8785`` alone. ``value`` is not modified.
     """
+    if type(value) is float:  # a lone number or string: no container to write around it
+        return rfc8785.dumps(value)
+    if type(value) is str and value.isascii():
+        return json.dumps(value, ensure_ascii=False).encode("ascii")
     floats: list[float] = []
     prepared = _with_float_placeholders(value, floats)
     text = json.dumps(

@@ -7,16 +7,17 @@ with a file at once, in a stable order, instead of the first thing a parser trip
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 from jsonpointer import JsonPointer
 
+from servesim import validity
 from servesim.errors import InputProblem, InvalidInput
 from servesim.model import (
     SHAPE_DIMENSIONS,
@@ -35,6 +36,9 @@ from servesim.model import (
     Workload,
 )
 from servesim.schemas import SUPPORTED_VERSIONS, load_schema
+
+if TYPE_CHECKING:
+    import jsonschema
 
 #: How many problems one error message lists before summarising the rest.
 MAX_LISTED_PROBLEMS = 20
@@ -117,18 +121,56 @@ def _parse_int(literal: str) -> int:
 
 def parse_json(data: bytes, file: str) -> Any:
     """R1: UTF-8 JSON text without duplicate keys, NaN or Infinity."""
+    return read_json(data, file).value
+
+
+@dataclass(frozen=True)
+class ParsedJson:
+    """A document's parsed value (R1), and whether ``servesim.validity`` may judge it."""
+
+    value: Any
+    plain_numbers: bool
+    """No integer stand-in (``_OversizedInteger``) and no float literal whose value is integral
+    or infinite: ``servesim.validity`` may decide this value's validity."""
+
+
+#: Every ASCII digit as "0", so that a run of digits is found with one ``bytes.find``.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _has_long_digit_run(data: bytes) -> bool:
+    """Whether ``data`` holds more than ``_MAX_INTEGER_DIGITS`` ASCII digits in a row.
+
+    Without such a run every integer literal converts cheaply and exactly, so the parser may
+    convert integers itself instead of calling ``_parse_int`` for each of a report's millions.
+    """
+    return b"0" * (_MAX_INTEGER_DIGITS + 1) in data.translate(_DIGITS_AS_ZERO)
+
+
+def read_json(data: bytes, file: str) -> ParsedJson:
+    """``parse_json``, noting what ``servesim.validity`` needs to know of the numbers."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidInput(
             [InputProblem(file, "", f"not UTF-8 text (bad byte at offset {error.start})")]
         ) from None
+    long_integers = _has_long_digit_run(data)
+    unusual_floats: list[float] = []
+
+    def parse_float(literal: str) -> float:
+        value = float(literal)
+        if value.is_integer() or not math.isfinite(value):
+            unusual_floats.append(value)
+        return value
+
     try:
         value = json.loads(
             text,
             object_pairs_hook=_reject_duplicate_keys,
             parse_constant=_reject_constant,
-            parse_int=_parse_int,
+            parse_float=parse_float,
+            parse_int=_parse_int if long_integers else int,
         )
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
@@ -143,7 +185,7 @@ def parse_json(data: bytes, file: str) -> Any:
         raise InvalidInput([InputProblem(file, "", f"not valid JSON: {error}")]) from None
     if _SURROGATE_ESCAPE.search(text):  # rare: look for the string that holds it
         _raise_if_any(list(_lone_surrogates(value, [], file)))
-    return value
+    return ParsedJson(value, plain_numbers=not long_integers and not unusual_floats)
 
 
 #: A \uD800 to \uDFFF escape: half of a UTF-16 surrogate pair, alone unless its partner follows.
@@ -235,20 +277,27 @@ def _ecma_regex(pattern: str) -> re.Pattern[str]:
 def _ecma_pattern(
     validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
 ) -> Iterator[jsonschema.ValidationError]:
+    from jsonschema import ValidationError  # loaded already: only _validator calls this
+
     if validator.is_type(instance, "string") and not _ecma_regex(pattern).search(instance):
-        yield jsonschema.ValidationError(f"{as_json(instance)} does not match {pattern!r}")
-
-
-_StrictValidator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft202012Validator,
-    validators={"pattern": _ecma_pattern},
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_json_integer),
-)
+        yield ValidationError(f"{as_json(instance)} does not match {pattern!r}")
 
 
 @cache
 def _validator(kind: str, version: str) -> Any:
-    return _StrictValidator(load_schema(kind, version))
+    """The validator that explains (``jsonschema``): imported only when a document needs it,
+    since a valid one is decided by ``servesim.validity`` and the import takes a tenth of a
+    second of every replay."""
+    import jsonschema
+
+    strict = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        jsonschema.Draft202012Validator,
+        validators={"pattern": _ecma_pattern},
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+            "integer", _is_json_integer
+        ),
+    )
+    return strict(load_schema(kind, version))
 
 
 def _message(error: jsonschema.ValidationError) -> str:
@@ -469,10 +518,23 @@ def load_document(data: bytes, file: str, expected_kind: str | None = None) -> D
     ``file`` names the document in messages; ``expected_kind``, when given, is the only kind
     accepted (R2).
     """
-    value = parse_json(data, file)
+    return check_document(read_json(data, file), data, file, expected_kind)
+
+
+def check_document(
+    parsed: ParsedJson, data: bytes, file: str, expected_kind: str | None = None
+) -> Document:
+    """R2 to R4 for the document ``read_json`` made of ``data``: ``load_document`` for a
+    caller that has parsed the bytes already (``servesim migrate``), so they are read once.
+
+    A valid document is recognised by ``servesim.validity`` (fast); only one it does not accept
+    is explained by ``schema_problems`` (``jsonschema``), so the messages are the same either way.
+    """
+    value = parsed.value
     kind, version = check_header(value, file, expected_kind)
-    _raise_if_any(_needs_newer_minor(value, kind, version, file) or [])
-    _raise_if_any(schema_problems(value, kind, version, file))
+    if not (parsed.plain_numbers and validity.is_valid(value, kind, version)):
+        _raise_if_any(_needs_newer_minor(value, kind, version, file) or [])
+        _raise_if_any(schema_problems(value, kind, version, file))
     _raise_if_any(semantic_problems(value, kind, file))
     return Document(file=file, kind=kind, version=version, data=data, value=value)
 

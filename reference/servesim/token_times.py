@@ -7,8 +7,11 @@ with the number of runs, not the number of tokens, so million-request replays fi
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
+
+import orjson
 
 
 class TokenTimes:
@@ -24,8 +27,17 @@ class TokenTimes:
         return self._count
 
     def append(self, time_us: int) -> None:
-        """One more token at ``time_us``."""
-        self.extend_progression(time_us, 1, 1)
+        """One more token at ``time_us`` (``extend_progression`` by one token, written out: a
+        step with prefill gives one to every decoding request)."""
+        self._count += 1
+        segments = self._segments
+        if segments:
+            first, step, count = segments[-1]
+            gap = time_us - (first + (count - 1) * step)
+            if count == 1 or step == gap:
+                segments[-1] = (first, gap, count + 1)
+                return
+        segments.append((time_us, 1, 1))
 
     def extend_progression(self, first_us: int, step_us: int, count: int) -> None:
         """``count`` more tokens at ``first_us``, ``first_us + step_us``, ... (all later than
@@ -91,9 +103,26 @@ class TokenTimes:
             times.extend(range(first, first + count * step, step))
         return times
 
+    def json_items(self) -> bytes:
+        """Every token time as the items of a JSON array, comma-separated, without brackets.
+
+        RFC 8785 writes an integer below 2**53 (every time, R6) as its decimal digits, as
+        ``orjson`` does; it writes a report's millions of them faster than ``str`` would.
+        """
+        times = itertools.chain.from_iterable(
+            range(first, first + count * step, step) for first, step, count in self._segments
+        )
+        return orjson.dumps(list(times))[1:-1]
+
     def gap_counts(self) -> Counter[int]:
         """How often each gap between consecutive tokens occurs, without listing the tokens."""
         counts: Counter[int] = Counter()
+        self.count_gaps(counts)
+        return counts
+
+    def count_gaps(self, counts: Counter[int]) -> None:
+        """Add to ``counts`` how often each gap between consecutive tokens occurs (for one
+        tally over every request, R27's ITL samples)."""
         previous_last: int | None = None
         for first, step, count in self._segments:
             if previous_last is not None:
@@ -101,4 +130,3 @@ class TokenTimes:
             if count > 1:
                 counts[step] += count - 1
             previous_last = first + (count - 1) * step
-        return counts

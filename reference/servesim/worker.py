@@ -25,16 +25,19 @@ class RequestState:
     worker: int | None = None
     reject_reason: str | None = None
     prefilled: int = 0
-    """Prompt tokens prefilled so far (R20)."""
+    """Prompt tokens prefilled so far (R20); only ``prefill`` adds to it."""
+    decoding: bool = False
+    """Whether the request is in the Decode phase: its whole prompt is prefilled (R9). Kept by
+    ``prefill`` rather than computed, since every step asks it of every running request."""
     first_scheduled_us: int | None = None
     token_times_us: TokenTimes = field(default_factory=TokenTimes)
     """When each output token was produced; its length is the number generated so far."""
     terminal_us: int | None = None
 
-    @property
-    def decoding(self) -> bool:
-        """Whether the request is in the Decode phase: its whole prompt is prefilled (R9)."""
-        return self.prefilled == self.request.prompt_tokens
+    def prefill(self, tokens: int) -> None:
+        """R20: ``tokens`` more prompt tokens were prefilled."""
+        self.prefilled += tokens
+        self.decoding = self.prefilled == self.request.prompt_tokens
 
 
 @dataclass(slots=True, eq=False)
@@ -111,7 +114,9 @@ def context_tokens(decode: list[RequestState]) -> int:
 
 def _steps_to_first_completion(step: Step) -> int:
     """How many decode steps pass before the first of ``step``'s decoding requests completes."""
-    return min(state.request.max_output_tokens - len(state.token_times_us) for state in step.decode)
+    return min(
+        [state.request.max_output_tokens - len(state.token_times_us) for state in step.decode]
+    )
 
 
 def decode_run_length(step: Step, max_end_us: int) -> int:
@@ -236,10 +241,12 @@ class Worker:
         decode = [state for state in self.running if state.decoding]
         budget = limits.max_batched_tokens - len(decode)
         prefill: list[tuple[RequestState, int]] = []
-        # R18: running requests still prefilling continue, in running order.
-        for state in self.running:
-            if state.decoding:
-                continue
+        # R18: running requests still prefilling continue, in running order (with whole
+        # prefill, or when every running request decodes, there are none to look for).
+        prefilling = []
+        if len(decode) < len(self.running):
+            prefilling = [state for state in self.running if not state.decoding]
+        for state in prefilling:
             tokens = prefill_allotment(
                 state.request.prompt_tokens - state.prefilled, budget, limits
             )
@@ -278,7 +285,7 @@ class Worker:
                 state.token_times_us.extend_progression(first, step.duration_us, step.repeat)
         first_tokens = 0
         for state, tokens in step.prefill:
-            state.prefilled += tokens
+            state.prefill(tokens)
             if state.decoding:  # the step that finishes the prefill emits the first token
                 state.token_times_us.append(end)
                 first_tokens += 1
@@ -288,13 +295,9 @@ class Worker:
             if len(state.token_times_us) == state.request.max_output_tokens
         ]
         if finished:
-            self.running = [
-                state
-                for state in self.running
-                if len(state.token_times_us) < state.request.max_output_tokens
-            ]
             for state in finished:
                 state.terminal_us = end
+            self.running = [state for state in self.running if state.terminal_us is None]
         self.steps += step.repeat
         self.busy_us += step.end_us - step.start_us
         self.prefill_tokens += step.prefill_tokens

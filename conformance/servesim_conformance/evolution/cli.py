@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from servesim_conformance.evolution.model import DEFAULT_EXAMPLES
 
 if TYPE_CHECKING:
+    from servesim.documents import ParsedJson
     from servesim.migrations import MigrationChain
     from servesim_conformance.evolution.model import Comparison, Direction
 
@@ -31,9 +31,16 @@ EXIT_OK = 0
 EXIT_BREAKING = 1
 EXIT_UNDECIDED = 2
 
-#: What ``migrate`` checks a migrated document with: its bytes, file name and kind; it raises
-#: ``InvalidInput`` when the result is not a valid document of its new version.
-Check = Callable[[bytes, str, str], None]
+
+class Check(Protocol):
+    """What ``migrate`` checks a migrated document with: its bytes, file name and kind, and
+    the bytes already parsed (``servesim.documents.read_json``) when the document needed no
+    step, so that a large current document is not parsed twice. It raises ``InvalidInput``
+    when the result is not a valid document of its new version."""
+
+    def __call__(
+        self, data: bytes, file: str, kind: str, parsed: ParsedJson | None = None
+    ) -> None: ...
 
 
 def _examples(value: str) -> int:
@@ -288,11 +295,11 @@ def run_schema(arguments: argparse.Namespace) -> int:
 # --- migrate --------------------------------------------------------------------------------
 
 
-def reference_check(data: bytes, file: str, kind: str) -> None:
+def reference_check(data: bytes, file: str, kind: str, parsed: ParsedJson | None = None) -> None:
     """Check a migrated document as ``servesim validate`` would (R1 to R4)."""
-    from servesim.documents import load_document
+    from servesim.documents import check_document, read_json
 
-    load_document(data, file, kind)
+    check_document(parsed if parsed is not None else read_json(data, file), data, file, kind)
 
 
 def migrate_file(
@@ -309,7 +316,7 @@ def migrate_file(
     a document its new version rejects.
     """
     from servesim.canonical import write_atomically
-    from servesim.documents import parse_json
+    from servesim.documents import read_json
     from servesim.errors import InvalidInput
 
     try:
@@ -319,11 +326,14 @@ def migrate_file(
             raise InvalidInput(
                 [_problem(file, f"cannot read the file: {error.strerror}")]
             ) from None
-        migrated = chain.migrate(parse_json(data, file), file, target)
-        result = data
+        parsed = read_json(data, file)
+        migrated = chain.migrate(parsed.value, file, target)
         if migrated.changed:
             result = (json.dumps(migrated.document, indent=2, ensure_ascii=False) + "\n").encode()
-        check(result, file, migrated.kind)
+            check(result, file, migrated.kind)
+        else:  # already at the target: its bytes are the result, as parsed
+            result = data
+            check(data, file, migrated.kind, parsed)
     except InvalidInput as error:
         print("servesim: invalid input:", file=sys.stderr)
         for problem in error.problems:
