@@ -413,7 +413,7 @@ def test_r44_one_output_that_cannot_be_written_leaves_none_written(
             str(tmp_path / "missing" / "grid.json"),
         ]
     )
-    assert code == 2
+    assert code == 4  # R32: valid inputs, an output that cannot be written
     assert "cannot write" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # not the regression, not a temporary file
 
