@@ -239,13 +239,16 @@ class GridTiming:
             return context
         d_low, d_high, d_num, _ = bracket(self.decode_axis, shape.decode_requests)
         p_low, p_high, p_num, p_den = bracket(self.prefill_axis, shape.prefill_tokens)
-        offset = c_den - 1  # the cell's last context before its upper point
-        for d in (d_low, d_high) if d_num else (d_low,):
+
+        def same_rounding_until(d: int) -> int:
+            # the last offset in the cell (before its upper point) with d's rounding along C
             low_row, high_row = self.durations[d][c_low], self.durations[d][c_high]
             at_low = interpolate(low_row[p_low], low_row[p_high], p_num, p_den)
             at_high = interpolate(high_row[p_low], high_row[p_high], p_num, p_den)
-            offset = min(offset, rounding_extent(abs(at_high - at_low), c_num, c_den))
-        return self.context_axis[c_low] + offset
+            return rounding_extent(abs(at_high - at_low), c_num, c_den)
+
+        rows = (d_low, d_high) if d_num else (d_low,)
+        return self.context_axis[c_low] + min(same_rounding_until(d) for d in rows)
 
 
 @dataclass(frozen=True, slots=True)
