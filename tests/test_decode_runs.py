@@ -169,7 +169,9 @@ def test_a_run_stops_at_the_stretch_cap(case: tuple[MeasuredTiming, Step, int], 
         measured_decode_run(step, model, max_end_us)
     ends = _ends(step)
     assert ends == walked[: len(ends)]
-    assert ends == walked or len(step.segments or [None]) == cap
+    assert len(step.segments or [None]) <= cap  # (stretches of a grid's cells may merge)
+    if len(ends) < len(walked):  # cut short by the cap alone: it was reached
+        assert isinstance(model, GridTiming) or len(step.segments or [None]) == cap
 
 
 @given(decode_runs(), st.integers(0, 400 * 5_000))
