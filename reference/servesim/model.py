@@ -214,14 +214,18 @@ class GridTiming:
         c_low, c_high, c_num, c_den = bracket(self.context_axis, shape.context_tokens)
         p_low, p_high, p_num, p_den = bracket(self.prefill_axis, shape.prefill_tokens)
 
+        # a coordinate on a grid point takes the value there (step 2), so the other corner of
+        # its bracket is not even looked up
         def along_prefill(d: int, c: int) -> int:
             row = self.durations[d][c]
-            return interpolate(row[p_low], row[p_high], p_num, p_den)
+            return row[p_low] if p_num == 0 else interpolate(row[p_low], row[p_high], p_num, p_den)
 
         def along_context(d: int) -> int:
-            return interpolate(along_prefill(d, c_low), along_prefill(d, c_high), c_num, c_den)
+            low = along_prefill(d, c_low)
+            return low if c_num == 0 else interpolate(low, along_prefill(d, c_high), c_num, c_den)
 
-        return interpolate(along_context(d_low), along_context(d_high), d_num, d_den)
+        low = along_context(d_low)
+        return low if d_num == 0 else interpolate(low, along_context(d_high), d_num, d_den)
 
     def context_extent(self, shape: StepShape) -> int:
         """The largest context up to which ``shape``'s D and P last as long as ``shape`` does.
@@ -306,13 +310,14 @@ class RegressionTiming:
         """
         if self.context_token_ps == 0:  # C does not count: the same up to the coverage's end
             return max(shape.context_tokens, self.coverage.context_tokens.max)
-        duration_us = self.step_duration_us(shape)
         other_ps = 1000 * (
             self.intercept_ns
             + self.prefill_ns(shape.prefill_tokens)
             + shape.decode_requests * self.decode_request_ns
         )
-        return (duration_us * 1_000_000 - other_ps) // self.context_token_ps
+        total_ps = other_ps + shape.context_tokens * self.context_token_ps
+        duration_ps = -(-total_ps // 1_000_000) * 1_000_000  # as step_duration_us rounds it
+        return (duration_ps - other_ps) // self.context_token_ps
 
 
 MeasuredTiming = GridTiming | RegressionTiming

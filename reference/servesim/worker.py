@@ -168,7 +168,10 @@ def measured_decode_run(step: Step, model: MeasuredTiming, max_end_us: int) -> N
         if remaining == 0 or context > covered_context:
             break
         shape = StepShape(decoding, context, 0)
-        duration = model.step_duration_us(shape)
+        # the first step's duration is known: the event loop timed it
+        duration = (
+            step.duration_us if context == step.context_tokens else model.step_duration_us(shape)
+        )
         extent = min(model.context_extent(shape), covered_context)
         count = min((extent - context) // decoding + 1, remaining, (max_end_us - end) // duration)
         if count == 0:
