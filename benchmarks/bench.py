@@ -324,21 +324,43 @@ def dynamo_python() -> tuple[Path | None, str]:
     return python, f"installed in {venv}"
 
 
+#: Runs a command (``argv[2:]``) as its own child and writes that child's figures to
+#: ``argv[1]``. Linux carries a process's peak RSS across fork and exec into the new program's
+#: figure, so the command is started from this small process, not from the benchmark's, whose
+#: peak grows as it reads reports.
+_LAUNCHER = """
+import json, os, sys, time
+started = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+figures = {
+    "wall_s": time.perf_counter() - started,
+    "cpu_s": usage.ru_utime + usage.ru_stime,
+    "peak_rss_mib": usage.ru_maxrss / 1024,
+}
+with open(sys.argv[1], "w") as output:
+    json.dump(figures, output)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def whole_process(command: list[str], folder: Path) -> dict[str, Any]:
-    """Run ``command`` to its end; its wall seconds, CPU seconds and peak RSS measured from
-    outside, so that start-up, imports, reading and writing all count, whatever the language
-    inside. (CPU time is the steadier figure on a shared machine, wall time the one users see.)"""
-    with (folder / "stdout").open("w") as stdout, (folder / "stderr").open("w") as stderr:
-        started = time.perf_counter()
-        process = subprocess.Popen(command, stdout=stdout, stderr=stderr)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        message = (folder / "stderr").read_text().strip().splitlines()[-1:]
-        raise RuntimeError(f"{command[:4]} exited {process.returncode}: {message}")
-    cpu = usage.ru_utime + usage.ru_stime  # all its threads: Dynamo's runtime may use several
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": usage.ru_maxrss / 1024}
+    """Run ``command`` to its end; its wall seconds, CPU seconds (all its threads: Dynamo's
+    runtime may use several) and peak RSS measured from outside, so that start-up, imports,
+    reading and writing all count, whatever the language inside. (CPU time is the steadier
+    figure on a shared machine, wall time the one users see.)"""
+    figures = folder / "figures.json"
+    result = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, str(figures), *command],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{command[:4]} exited {result.returncode}: {result.stderr[-500:]}")
+    measured: dict[str, Any] = json.loads(figures.read_text())
+    return measured
 
 
 def dynamo_baseline(folder: Path, limit: int | None) -> None:
