@@ -3,6 +3,11 @@
     python benchmarks/bench.py            # the full set (several minutes)
     python benchmarks/bench.py --short    # what CI runs: small slices, same code paths
 
+The real traces are read from SERVESIM_TRACES (or --traces), by default ../shared/traces
+beside the clone. Dynamo's replay, the outside baseline, is installed on first use in its own
+virtual environment under SERVESIM_BENCH_CACHE (default ~/.cache/servesim-bench); without it
+the benchmark says so and measures the rest.
+
 Every configuration runs in its own process, so that peak RSS is that configuration's alone.
 The baseline is the plain per-step loop in conformance/examples/independent/ (written from
 SPEC.md, one heap event per step, the obvious implementation), timed on the same inputs in the
@@ -26,12 +31,19 @@ from servesim.documents import build_timing_profile
 from servesim.model import StepShape
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO.parent / "shared" / "traces"
 PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"
-SOURCES = {
-    "mooncake": TRACES / "mooncake" / "conversation_trace.jsonl",
-    "azure": TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv",
-}
+
+
+def trace_sources(traces: Path) -> dict[str, Path]:
+    """Where each real trace is, in a copy of the shared traces folder."""
+    return {
+        "mooncake": traces / "mooncake" / "conversation_trace.jsonl",
+        "azure": traces / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv",
+    }
+
+
+TRACES = Path(os.environ.get("SERVESIM_TRACES") or REPO.parent / "shared" / "traces")
+SOURCES = trace_sources(TRACES)  # --traces replaces them
 
 #: A plausible engine: 3 ms per step, 20 us per prefill token, 100 us per decoding request.
 TIMING = {
@@ -123,17 +135,17 @@ def scenario(workers: int) -> dict[str, Any]:
     }
 
 
-def import_trace(source: str, folder: Path) -> dict[str, Any]:
-    """The whole trace as a workload (through ``servesim import``)."""
+def import_trace(source: str, folder: Path, path: Path | None = None) -> dict[str, Any]:
+    """The whole trace (or the one at ``path``) as a workload (through ``servesim import``)."""
     output = folder / f"{source}.json"
     subprocess.run(
         [
             sys.executable,
             "-m",
-            "servesim",
+            "servesim_cli",
             "import",
             source,
-            str(SOURCES[source]),
+            str(path or SOURCES[source]),
             "-o",
             str(output),
         ],
@@ -250,6 +262,196 @@ def line(label: str, figures: dict[str, Any]) -> str:
     )
 
 
+#: The outside baseline (/work/shared/reading/dynamo-replay.md): its offline replay, installed
+#: from PyPI without the dependency (aisimulate) that cannot be installed here and that the
+#: replay does not use.
+DYNAMO_VERSION = "1.6.1"
+DYNAMO_DRIVER = Path(__file__).resolve().parent / "dynamo_replay.py"
+
+#: Dynamo's ``fixed`` timing model: a pass lasts this long if it prefills (about a 2,048-token
+#: chunk at 20 us a token), plus this long if it decodes.
+FIXED_PREFILL_US = 40_000
+FIXED_DECODE_US = 3_000
+
+
+def fixed_grid_profile() -> dict[str, Any]:
+    """Dynamo's ``fixed`` timing as a servesim grid (R41), exactly: ``FIXED_DECODE_US`` if the
+    step decodes plus ``FIXED_PREFILL_US`` if it prefills. Integer shapes never fall strictly
+    between 0 and 1, so interpolation never mixes the two; the all-zero corner is never used."""
+    axes = {
+        "decode_requests": [0, 1, _LIMITS["max_num_seqs"]],
+        "context_tokens": [0, _COVERAGE["context_tokens"]["max"]],
+        "prefill_tokens": [0, 1, _LIMITS["max_batched_tokens"]],
+    }
+
+    def duration(decode: int, prefill: int) -> int:
+        return max(1, FIXED_DECODE_US * (decode > 0) + FIXED_PREFILL_US * (prefill > 0))
+
+    durations = [
+        [[duration(d, p) for p in axes["prefill_tokens"]] for _ in axes["context_tokens"]]
+        for d in axes["decode_requests"]
+    ]
+    coverage = {name: {"min": points[0], "max": points[-1]} for name, points in axes.items()}
+    model = {"kind": "grid", "axes": axes, "duration_us": durations, "coverage": coverage}
+    return {**REGRESSION, "model": model}
+
+
+def dynamo_python() -> tuple[Path | None, str]:
+    """The Python of a virtual environment holding Dynamo's replay, made once and kept under
+    SERVESIM_BENCH_CACHE (default ~/.cache/servesim-bench); ``(None, why)`` when it cannot be
+    installed (no network, no wheel for this platform)."""
+    cache = Path(
+        os.environ.get("SERVESIM_BENCH_CACHE") or Path.home() / ".cache" / "servesim-bench"
+    )
+    venv = cache / f"dynamo-{DYNAMO_VERSION}-venv"
+    python = venv / "bin" / "python"
+    works = [str(python), "-c", "import dynamo.replay"]
+    if python.exists() and subprocess.run(works, capture_output=True).returncode == 0:
+        return python, f"reused {venv}"
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    wheels = [f"ai-dynamo=={DYNAMO_VERSION}", f"ai-dynamo-runtime=={DYNAMO_VERSION}"]
+    for command in (
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [*pip, "--no-deps", *wheels],
+        [*pip, "typing-extensions"],
+        works,
+    ):
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            errors = [text for text in result.stderr.splitlines() if "ERROR" in text]
+            why = (errors or result.stderr.strip().splitlines() or ["no message"])[-1]
+            return None, f"`{' '.join(command[1:])}` failed: {why}"
+    return python, f"installed in {venv}"
+
+
+#: Runs a command (``argv[2:]``) as its own child and writes that child's figures to
+#: ``argv[1]``. Linux carries a process's peak RSS across fork and exec into the new program's
+#: figure, so the command is started from this small process, not from the benchmark's, whose
+#: peak grows as it reads reports.
+_LAUNCHER = """
+import json, os, sys, time
+started = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+figures = {
+    "wall_s": time.perf_counter() - started,
+    "cpu_s": usage.ru_utime + usage.ru_stime,
+    "peak_rss_mib": usage.ru_maxrss / 1024,
+}
+with open(sys.argv[1], "w") as output:
+    json.dump(figures, output)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def whole_process(command: list[str], folder: Path) -> dict[str, Any]:
+    """Run ``command`` to its end; its wall seconds, CPU seconds (all its threads: Dynamo's
+    runtime may use several) and peak RSS measured from outside, so that start-up, imports,
+    reading and writing all count, whatever the language inside. (CPU time is the steadier
+    figure on a shared machine, wall time the one users see.)"""
+    figures = folder / "figures.json"
+    result = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, str(figures), *command],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{command[:4]} exited {result.returncode}: {result.stderr[-500:]}")
+    measured: dict[str, Any] = json.loads(figures.read_text())
+    return measured
+
+
+def dynamo_baseline(folder: Path, limit: int | None) -> None:
+    """Dynamo's replay against ``servesim replay`` on the same Mooncake requests and fleet,
+    each as a whole process writing its per-request output (servesim: its full report, with
+    every token time; Dynamo: its per-request records)."""
+    trace = SOURCES["mooncake"]
+    if limit:  # the first requests, for both (the trace's first arrival stays at 0)
+        lines = trace.read_text().splitlines(keepends=True)[:limit]
+        trace = folder / "mooncake-head.jsonl"
+        trace.write_text("".join(lines))
+    workload = import_trace("mooncake", folder, trace)
+    count = len(workload["requests"])
+    print(
+        f"\n== Dynamo's replay {DYNAMO_VERSION} as a baseline, mooncake {count} req, 16 workers =="
+    )
+    python, how = dynamo_python()
+    if python is None:
+        print(f"Dynamo not measured: could not install ai-dynamo {DYNAMO_VERSION} ({how})")
+        return
+    prefill_ms, decode_ms = FIXED_PREFILL_US // 1000, FIXED_DECODE_US // 1000
+    print(
+        f"Dynamo {how}. Both: round robin, vllm style, 64 seqs, 8,192 tokens a step, chunked.\n"
+        f"Timing: Dynamo's fixed model, {prefill_ms} ms a pass with prefill + {decode_ms} ms "
+        "with decode;\nservesim: the same as a grid, and the synthetic profile above. The "
+        "results differ (Dynamo\nmodels a KV cache, servesim's scenario does not): what is "
+        "compared is the cost of a replay."
+    )
+    paths = {"scenario": folder / "s16.json", "workload": folder / "mooncake-baseline.json"}
+    paths["scenario"].write_text(json.dumps(scenario(16)))
+    paths["workload"].write_text(json.dumps(workload))
+    records = folder / "dynamo-records.jsonl"
+    dynamo = whole_process(
+        [
+            str(python),
+            str(DYNAMO_DRIVER),
+            str(trace),
+            "--workers=16",
+            f"--prefill-ms={FIXED_PREFILL_US / 1000}",
+            f"--decode-ms={FIXED_DECODE_US / 1000}",
+            f"--output={records}",
+        ],
+        folder,
+    )
+    written = sum(1 for _ in records.open())
+    print(baseline_line(f"dynamo, {written} per-request records", dynamo))
+    records.unlink()
+    for name, timing in (("grid as fixed", fixed_grid_profile()), ("synthetic_linear", TIMING)):
+        profile, report = folder / "t-baseline.json", folder / "r-baseline.json"
+        profile.write_text(json.dumps(timing))
+        ours = whole_process(
+            [
+                sys.executable,
+                "-m",
+                "servesim_cli",
+                "replay",
+                f"--scenario={paths['scenario']}",
+                f"--workload={paths['workload']}",
+                f"--timing-profile={profile}",
+                f"--output={report}",
+            ],
+            folder,
+        )
+        tokens = token_time_count(report)
+        print(baseline_line(f"servesim replay, {name}, full report", ours))
+        print(
+            f"dynamo / servesim ({name}): wall time {dynamo['wall_s'] / ours['wall_s']:.1f}x "
+            f"(target >= 5x), CPU time {dynamo['cpu_s'] / ours['cpu_s']:.1f}x; "
+            f"report: {count} requests, {tokens:,} token times"
+        )
+        report.unlink()
+
+
+def token_time_count(report: Path) -> int:
+    """How many token times a report holds, read in a child process: parsing hundreds of MB
+    here would raise this process's peak RSS, which Linux passes on (across exec) to the next
+    child measured from outside."""
+    count = "import json, sys; print(json.load(open(sys.argv[1]))['summary']['output_tokens'])"
+    result = subprocess.run(
+        [sys.executable, "-c", count, str(report)], check=True, capture_output=True, text=True
+    )
+    return int(result.stdout)
+
+
+def baseline_line(label: str, figures: dict[str, Any]) -> str:
+    return (
+        f"{label:<46} {figures['wall_s']:8.2f} s wall {figures['cpu_s']:8.2f} s CPU "
+        f"{figures['peak_rss_mib']:8.0f} MiB"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -259,17 +461,32 @@ def main() -> int:
     for option in ("scenario", "workload", "timing", "output"):
         parser.add_argument(f"--{option}")
     parser.add_argument("--trace", action="store_true")
+    parser.add_argument(
+        "--traces",
+        type=Path,
+        metavar="DIR",
+        help="the shared traces folder (default: $SERVESIM_TRACES, else ../shared/traces)",
+    )
+    parser.add_argument(
+        "--no-dynamo", action="store_true", help="skip the Dynamo baseline (and its install)"
+    )
     arguments = parser.parse_args()
     if arguments.implementation:
         child(arguments)
         return 0
+    traces = arguments.traces or TRACES
+    SOURCES.update(trace_sources(traces))
     missing = [name for name, path in SOURCES.items() if not path.is_file()]
     if missing:
-        print(f"the traces are not at {TRACES} (missing: {', '.join(missing)})", file=sys.stderr)
-        if os.environ.get("CI"):
-            return 2  # CI always has the traces beside the clone: their absence is a fault
-        print("nothing measured: benchmarks need the real traces", file=sys.stderr)
-        return 0
+        print(f"the traces are not at {traces} (missing: {', '.join(missing)})", file=sys.stderr)
+        sys.stderr.flush()
+        print(
+            f"NOTHING MEASURED: no real traces in {traces} "
+            "(point SERVESIM_TRACES or --traces at the shared traces folder)",
+            flush=True,
+        )
+        # CI always has the traces beside the clone: their absence is a fault there
+        return 2 if os.environ.get("CI") else 0
     limit = 1500 if arguments.short else None
     with tempfile.TemporaryDirectory(prefix="servesim-bench-") as temporary:
         folder = Path(temporary)
@@ -347,6 +564,10 @@ def main() -> int:
             f"{large:,} / {small:,} requests: time {b['wall_s'] / a['wall_s']:.1f}x, peak memory "
             f"{b['peak_rss_mib'] / a['peak_rss_mib']:.1f}x (target <= 11x for 10x requests)"
         )
+        if arguments.no_dynamo:
+            print("\n(Dynamo baseline skipped: --no-dynamo)")
+        else:
+            dynamo_baseline(folder, limit)
     return 0
 
 

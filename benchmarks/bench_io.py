@@ -19,7 +19,7 @@ import vidur_workload
 
 
 def timed_command(arguments: list[str], *, repeat: int = 1) -> tuple[float, float]:
-    """The best wall and CPU (user + system) seconds of ``python -m servesim ARGUMENTS`` run as
+    """The best wall and CPU (user + system) seconds of ``python -m servesim_cli ARGUMENTS`` run as
     a whole process (interpreter start and imports included), out of ``repeat`` runs. CPU time
     is the steadier figure on a shared machine; the targets are wall time on an idle one."""
     best_wall = best_cpu = float("inf")
@@ -27,7 +27,7 @@ def timed_command(arguments: list[str], *, repeat: int = 1) -> tuple[float, floa
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "servesim", *arguments], check=True, capture_output=True
+            [sys.executable, "-m", "servesim_cli", *arguments], check=True, capture_output=True
         )
         best_wall = min(best_wall, time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -18,7 +18,7 @@ def _replay_in_subprocess(paths: dict[str, Path], output: Path, hash_seed: str) 
         [
             sys.executable,
             "-m",
-            "servesim",
+            "servesim_cli",
             "replay",
             "--scenario",
             str(paths["scenario"]),

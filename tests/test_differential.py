@@ -11,10 +11,12 @@ import contextlib
 import io
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from servesim import worker
 from servesim.errors import OutOfCoverage, ServesimError
 from servesim_conformance.properties import (
     Documents,
@@ -113,8 +115,9 @@ def test_reference_and_plain_loop_stop_at_the_same_uncovered_step(documents: Doc
 
 @st.composite
 def long_measured_runs(draw: st.DrawFn) -> Documents:
-    """Long decodes (runs beyond ``MEASURED_RUN_LIMIT`` steps) cut by arrivals, on a measured
-    model whose durations change as the context grows."""
+    """Long decodes (runs of many stretches of equal durations, beyond
+    ``MEASURED_RUN_STRETCHES``) cut by arrivals, on a measured model whose durations change as
+    the context grows: every few steps (a small cost per context token) or every step."""
     scenario = {
         "document": "scenario",
         "schema_version": "1.0",
@@ -152,6 +155,9 @@ def long_measured_runs(draw: st.DrawFn) -> Documents:
         ]
     else:
         model["prefill_knots"] = [{"tokens": 0, "ns": 0}, {"tokens": 16, "ns": 90_000}]
+        model["context_token_ps"] = draw(
+            st.sampled_from([5_000, 60_000, model["context_token_ps"]])
+        )
     model["coverage"] = {name: {"min": 0, "max": top} for name, top in tops.items()}
     return scenario, workload, profile
 
@@ -160,3 +166,13 @@ def long_measured_runs(draw: st.DrawFn) -> Documents:
 @given(long_measured_runs())
 def test_long_measured_runs_equal_plain_loop(documents: Documents) -> None:
     assert reference_report(documents) == plain_report(documents)
+
+
+@settings(max_examples=40)
+@given(long_measured_runs(), st.integers(1, 3))
+def test_measured_runs_of_few_stretches_each_equal_plain_loop(
+    documents: Documents, stretches: int
+) -> None:
+    """A run capped at one to three stretches goes on in the next run, seamlessly."""
+    with mock.patch.object(worker, "MEASURED_RUN_STRETCHES", stretches):
+        assert reference_report(documents) == plain_report(documents)

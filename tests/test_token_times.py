@@ -44,15 +44,20 @@ def test_a_run_is_one_segment() -> None:
     assert len(times) == 1002
 
 
-def test_progressions_cut_shared_end_times_into_segments_that_extend_like_appends() -> None:
+def test_segments_of_a_measured_run_extend_like_appends() -> None:
+    # a run's stretches of equal durations (10, 10, 10, 11, 11, 11, 7, 10), as
+    # ``measured_decode_run`` forms them: the first continues the request's last segment
+    segments = [(10, 10, 3), (41, 11, 3), (70, 7, 1), (80, 10, 1)]
     ends = [10, 20, 30, 41, 52, 63, 70, 80]
-    assert TokenTimes.progressions(ends) == [(10, 10, 3), (41, 11, 3), (70, 10, 2)]
     by_segments, by_appends = TokenTimes(), TokenTimes()
     for times in (by_segments, by_appends):
-        times.append(5)
-    by_segments.extend_progressions(TokenTimes.progressions(ends))
+        times.append(0)
+    by_segments.extend_progressions(segments)
     for end in ends:
         by_appends.append(end)
-    assert by_segments.to_list() == by_appends.to_list() == [5, *ends]
+    assert by_segments.to_list() == by_appends.to_list() == [0, *ends]
+    assert list(by_segments) == [0, *ends]
     assert len(by_segments) == len(by_appends) == 9
+    assert (by_segments.first, by_segments.last) == (0, 80)
     assert by_segments.gap_counts() == by_appends.gap_counts()
+    assert by_segments._segments[0] == (0, 10, 4)

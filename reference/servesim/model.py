@@ -140,6 +140,21 @@ def interpolate(low: int, high: int, numerator: int, denominator: int) -> int:
     return low - round_half_away(low - high, numerator, denominator)
 
 
+def rounding_extent(distance: int, numerator: int, denominator: int) -> int:
+    """The largest ``n`` from ``numerator`` up to ``denominator - 1`` for which
+    ``round_half_away(distance, n, denominator)`` still equals its value at ``numerator``.
+
+    A decode run's context grows through one grid cell (R41): this says how far it may grow
+    before the interpolated distance, and so the duration, can change.
+    """
+    if distance == 0:
+        return denominator - 1
+    half = denominator // 2
+    rounded = (distance * numerator + half) // denominator
+    # the next value is reached when distance * n + half >= (rounded + 1) * denominator
+    return min(denominator - 1, ((rounded + 1) * denominator - half - 1) // distance)
+
+
 def bracket(axis: tuple[int, ...], value: int) -> tuple[int, int, int, int]:
     """R41 step 1: ``(lower, upper, num, den)`` for ``value`` inside ``axis``; num is 0 on a hit."""
     upper = bisect.bisect_left(axis, value)
@@ -199,14 +214,45 @@ class GridTiming:
         c_low, c_high, c_num, c_den = bracket(self.context_axis, shape.context_tokens)
         p_low, p_high, p_num, p_den = bracket(self.prefill_axis, shape.prefill_tokens)
 
+        # a coordinate on a grid point takes the value there (step 2), so the other corner of
+        # its bracket is not even looked up
         def along_prefill(d: int, c: int) -> int:
             row = self.durations[d][c]
-            return interpolate(row[p_low], row[p_high], p_num, p_den)
+            return row[p_low] if p_num == 0 else interpolate(row[p_low], row[p_high], p_num, p_den)
 
         def along_context(d: int) -> int:
-            return interpolate(along_prefill(d, c_low), along_prefill(d, c_high), c_num, c_den)
+            low = along_prefill(d, c_low)
+            return low if c_num == 0 else interpolate(low, along_prefill(d, c_high), c_num, c_den)
 
-        return interpolate(along_context(d_low), along_context(d_high), d_num, d_den)
+        low = along_context(d_low)
+        return low if d_num == 0 else interpolate(low, along_context(d_high), d_num, d_den)
+
+    def context_extent(self, shape: StepShape) -> int:
+        """The largest context up to which ``shape``'s D and P last as long as ``shape`` does.
+
+        Every context from ``shape.context_tokens`` to the result (inclusive) gives the same
+        duration, so a decode run (``servesim.worker.measured_decode_run``) times a whole stretch
+        of its steps at once. Within one cell of the context axis the duration changes only when
+        one of R41's rounded distances along context does (``rounding_extent``); a context on a
+        grid point is a stretch of its own. Sometimes short: a stretch may have the same duration
+        as the next.
+        """
+        context = shape.context_tokens
+        c_low, c_high, c_num, c_den = bracket(self.context_axis, context)
+        if c_num == 0:
+            return context
+        d_low, d_high, d_num, _ = bracket(self.decode_axis, shape.decode_requests)
+        p_low, p_high, p_num, p_den = bracket(self.prefill_axis, shape.prefill_tokens)
+
+        def same_rounding_until(d: int) -> int:
+            # the last offset in the cell (before its upper point) with d's rounding along C
+            low_row, high_row = self.durations[d][c_low], self.durations[d][c_high]
+            at_low = interpolate(low_row[p_low], low_row[p_high], p_num, p_den)
+            at_high = interpolate(high_row[p_low], high_row[p_high], p_num, p_den)
+            return rounding_extent(abs(at_high - at_low), c_num, c_den)
+
+        rows = (d_low, d_high) if d_num else (d_low,)
+        return self.context_axis[c_low] + min(same_rounding_until(d) for d in rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +302,26 @@ class RegressionTiming:
         )
         return -(-total_ps // 1_000_000)
 
+    def context_extent(self, shape: StepShape) -> int:
+        """The largest context up to which ``shape``'s D and P last as long as ``shape`` does.
+
+        Exact: ``total_ps`` grows with C, and the duration stays ``ceil(total_ps / 10^6)`` while
+        ``total_ps`` is at most that many microseconds (so one more context token lengthens it).
+        """
+        if self.context_token_ps == 0:  # C does not count: the same up to the coverage's end
+            return max(shape.context_tokens, self.coverage.context_tokens.max)
+        other_ps = 1000 * (
+            self.intercept_ns
+            + self.prefill_ns(shape.prefill_tokens)
+            + shape.decode_requests * self.decode_request_ns
+        )
+        total_ps = other_ps + shape.context_tokens * self.context_token_ps
+        duration_ps = -(-total_ps // 1_000_000) * 1_000_000  # as step_duration_us rounds it
+        return (duration_ps - other_ps) // self.context_token_ps
+
+
+MeasuredTiming = GridTiming | RegressionTiming
+"""The models whose durations depend on C (R22): a decode run's steps may differ."""
 
 TimingModel = SyntheticLinearTiming | GridTiming | RegressionTiming
 

@@ -164,10 +164,10 @@ def simulate(
                 raise UnrepresentableTime(
                     worker=worker.index, start_us=now_us, duration_us=step.duration_us
                 )
-            if timing.model.uses_context:
-                measured_decode_run(step, timing.model, MAX_TIME_US)
-            else:
+            if isinstance(timing.model, SyntheticLinearTiming):
                 step.repeat = decode_run_length(step, MAX_TIME_US)
+            else:
+                measured_decode_run(step, timing.model, MAX_TIME_US)
             worker.in_flight = step
             if steps is not None:
                 steps.append(step)

@@ -13,6 +13,9 @@ from collections.abc import Iterator
 
 import orjson
 
+Segment = tuple[int, int, int]
+"""``(first, step, count)``: ``count`` times ``first``, ``first + step``, ... (``step`` > 0)."""
+
 
 class TokenTimes:
     """Strictly increasing token times (R20, R21), as segments ``(first, step, count)``."""
@@ -20,7 +23,7 @@ class TokenTimes:
     __slots__ = ("_count", "_segments")
 
     def __init__(self) -> None:
-        self._segments: list[tuple[int, int, int]] = []
+        self._segments: list[Segment] = []
         self._count = 0
 
     def __len__(self) -> int:
@@ -53,28 +56,13 @@ class TokenTimes:
                 return
         self._segments.append((first_us, step_us, count))
 
-    @staticmethod
-    def progressions(times: list[int]) -> list[tuple[int, int, int]]:
-        """Strictly increasing ``times`` as segments ``(first, step, count)``, longest first.
+    def extend_progressions(self, segments: list[Segment]) -> None:
+        """Tokens at the times of ``segments``, consecutive progressions all later than the last
+        token so far: the first segment may continue the last one, the rest are appended.
 
-        A measured run's end times (``servesim.worker.measured_decode_run``) are shared by all
-        its decoding requests: cut into segments once, then each request extends by them.
+        A measured run's steps (``servesim.worker.measured_decode_run``) come as such segments,
+        one per stretch of equal durations, shared by all its decoding requests.
         """
-        segments: list[tuple[int, int, int]] = []
-        first, step, count = times[0], 1, 1
-        for time in times[1:]:
-            gap = time - (first + (count - 1) * step)
-            if count == 1 or gap == step:
-                step, count = gap, count + 1
-            else:
-                segments.append((first, step, count))
-                first, step, count = time, 1, 1
-        segments.append((first, step, count))
-        return segments
-
-    def extend_progressions(self, segments: list[tuple[int, int, int]]) -> None:
-        """Tokens at the times of ``segments`` (from ``progressions``), all later than the last
-        token so far: the first segment may continue the last one, the rest are appended."""
         first, step, count = segments[0]
         self.extend_progression(first, step, count)
         if len(segments) > 1:

@@ -6,13 +6,12 @@ SPEC.md section 5. A worker is data: the event loop in ``servesim.simulation`` c
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from servesim.model import Request, SchedulerLimits, StepShape, TimingModel
-from servesim.token_times import TokenTimes
+from servesim.model import MeasuredTiming, Request, SchedulerLimits, StepShape
+from servesim.token_times import Segment, TokenTimes
 
 
 @dataclass(slots=True, eq=False)
@@ -47,7 +46,7 @@ class Step:
     ``repeat`` is how many steps the object stands for, back to back from ``start_us`` (see
     ``decode_run_length`` and ``measured_decode_run``); it is 1 for every step with prefill. With
     a synthetic model they all last ``duration_us``; with a measured model each may differ (its
-    context grows, R22), and ``ends`` holds every step's end time.
+    context grows, R22), and ``segments`` holds them grouped by duration.
     """
 
     worker: int
@@ -59,26 +58,28 @@ class Step:
     context_tokens: int = 0
     """R22's C at the first step's start, fixed when the step is formed (``context_tokens``);
     left 0 when nothing reads it (a synthetic model, no trace)."""
-    ends: list[int] | None = None
-    """The end time of each step of a run whose steps differ (the first ``repeat`` count)."""
+    segments: list[Segment] | None = None
+    """A run whose steps differ: ``(first_end_us, duration_us, count)`` for each stretch of
+    ``count`` steps of equal duration, back to back, the first ending at ``first_end_us``. Their
+    counts add up to ``repeat``, and they are the run's step end times, as ``TokenTimes``
+    stores them."""
 
     @property
     def end_us(self) -> int:
         """When the last of the ``repeat`` steps ends."""
-        if self.ends is not None:
-            return self.ends[self.repeat - 1]
+        if self.segments is not None:
+            first_end, duration, count = self.segments[-1]
+            return first_end + (count - 1) * duration
         return self.start_us + self.repeat * self.duration_us
 
     def step_bounds(self) -> Iterator[tuple[int, int]]:
         """``(start_us, end_us)`` of each step of the run, in order."""
-        if self.ends is None:
-            for start in range(self.start_us, self.end_us, self.duration_us):
-                yield start, start + self.duration_us
-            return
-        start = self.start_us
-        for end in self.ends[: self.repeat]:
-            yield start, end
-            start = end
+        segments = self.segments or [
+            (self.start_us + self.duration_us, self.duration_us, self.repeat)
+        ]
+        for first_end, duration, count in segments:
+            for end in range(first_end, first_end + count * duration, duration):
+                yield end - duration, end
 
     @property
     def prefill_tokens(self) -> int:
@@ -97,14 +98,23 @@ class Step:
         may differ (the request may be admitted), so they are formed one by one again. Returns
         whether the run was shortened.
         """
-        if self.ends is not None:  # the steps that end before now, and the one ending at or after
-            completed_by_now = bisect.bisect_left(self.ends, now_us, 0, self.repeat) + 1
-        else:
-            completed_by_now = -(-(now_us - self.start_us) // self.duration_us)
-        if completed_by_now >= self.repeat:
-            return False
-        self.repeat = completed_by_now
-        return True
+        segments = self.segments or [
+            (self.start_us + self.duration_us, self.duration_us, self.repeat)
+        ]
+        kept = 0  # the steps of the segments before the one holding the boundary
+        for index, (first_end, duration, count) in enumerate(segments):
+            if first_end + (count - 1) * duration < now_us:
+                kept += count
+                continue
+            # the segment's steps that end before now, and the one ending at or after it
+            taken = max(0, -(-(now_us - first_end) // duration)) + 1
+            if kept + taken >= self.repeat:
+                return False
+            self.repeat = kept + taken
+            if self.segments is not None:
+                self.segments = [*segments[:index], (first_end, duration, taken)]
+            return True
+        return False
 
 
 def context_tokens(decode: list[RequestState]) -> int:
@@ -135,38 +145,53 @@ def decode_run_length(step: Step, max_end_us: int) -> int:
     return max(1, min(first_finish, representable))
 
 
-#: The most steps one measured run computes ahead: an arrival may cut it short (then the rest
-#: was computed for nothing), and the next run picks up where it ended.
-MEASURED_RUN_LIMIT = 256
+#: The most stretches of equal durations one measured run forms ahead: an arrival may cut it
+#: short (then the rest was formed for nothing), and the next run picks up where it ended.
+#: Forming a run costs one model evaluation per stretch, however many steps each holds.
+MEASURED_RUN_STRETCHES = 64
 
 
-def measured_decode_run(step: Step, model: TimingModel, max_end_us: int) -> None:
+def measured_decode_run(step: Step, model: MeasuredTiming, max_end_us: int) -> None:
     """``decode_run_length`` for a measured model: the run's steps differ in duration.
 
     Each decode-only step of the run has the same requests, and C larger by D than the step
-    before (each decoding request gained one token, R22), so its duration is computed here. The
-    run stops before a step the model does not cover (R43) or one ending after ``max_end_us``
-    (R6): that step is formed again at its own time, in event order, and stops the replay then.
+    before (each decoding request gained one token, R22). The model says how far C may grow
+    with the same duration (``context_extent``), so each stretch of equal durations is timed
+    once, not step by step. The run stops before a step the model does not cover (R43: only C
+    changes, and it grows) or one ending after ``max_end_us`` (R6): that step is formed again
+    at its own time, in event order, and stops the replay then.
     """
     if step.prefill or not step.decode:
         return
-    first_finish = _steps_to_first_completion(step)
     decoding = len(step.decode)
+    remaining = _steps_to_first_completion(step)
+    covered_context = model.coverage.context_tokens.max
     context = step.context_tokens
-    end = step.start_us + step.duration_us
-    ends = [end]
-    for _ in range(min(first_finish, MEASURED_RUN_LIMIT) - 1):
-        context += decoding
+    end = step.start_us
+    segments: list[Segment] = []
+    for _ in range(MEASURED_RUN_STRETCHES):
+        if remaining == 0 or context > covered_context:
+            break
         shape = StepShape(decoding, context, 0)
-        if not model.covers(shape):
+        # the first step's duration is known: the event loop timed it
+        duration = (
+            step.duration_us if context == step.context_tokens else model.step_duration_us(shape)
+        )
+        extent = min(model.context_extent(shape), covered_context)
+        count = min((extent - context) // decoding + 1, remaining, (max_end_us - end) // duration)
+        if count == 0:
             break
-        end += model.step_duration_us(shape)
-        if end > max_end_us:
-            break
-        ends.append(end)
-    if len(ends) > 1:
-        step.ends = ends
-        step.repeat = len(ends)
+        if segments and segments[-1][1] == duration:  # a stretch may last as long as the last
+            first_end, _, previous = segments.pop()
+            segments.append((first_end, duration, previous + count))
+        else:
+            segments.append((end + duration, duration, count))
+        end += count * duration
+        context += count * decoding
+        remaining -= count
+    step.repeat = sum(count for _, _, count in segments)
+    if step.repeat > 1:
+        step.segments = segments
 
 
 def prefill_allotment(remaining: int, budget: int, limits: SchedulerLimits) -> int:
@@ -275,10 +300,9 @@ class Worker:
         if step.repeat == 1:
             for state in step.decode:
                 state.token_times_us.append(end)
-        elif step.ends is not None:
-            progressions = TokenTimes.progressions(step.ends[: step.repeat])
+        elif step.segments is not None:
             for state in step.decode:
-                state.token_times_us.extend_progressions(progressions)
+                state.token_times_us.extend_progressions(step.segments)
         else:
             first = step.start_us + step.duration_us
             for state in step.decode:
