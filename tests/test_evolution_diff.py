@@ -533,7 +533,6 @@ def test_diff_locates_changes_by_json_pointer_with_escaping() -> None:
     assert change.kind == "bound_added"
 
 
-
 @pytest.mark.parametrize("side", ["old", "new"])
 def test_a_recursive_ref_on_one_side_only_ends_as_an_undecided_change(side: str) -> None:
     """Following ``#`` from one side only used to recurse without end (RecursionError)."""
