@@ -1,0 +1,378 @@
+"""A report's headline figures, read once into a small frozen value (SPEC.md R25 to R29).
+
+``read_figures(path)`` is the public entry: ``servesim summary``, ``servesim compare`` and any
+other reader (plots, sweeps) get the same figures, computed the same way.
+
+Where the figures come from:
+
+- the report as written: counts, makespan, the R27 statistics of queue time, TTFT, ITL and E2E,
+  the per-worker counters, the input digests;
+- derived exactly (``Fraction``) from the report's integers: throughputs
+  (``completed * 10**6 / makespan_us``), each worker's utilisation (``busy_us / makespan_us``),
+  and per-request TPOT, which the report does not summarise: for every completed request with at
+  least two output tokens, ``(completion_us - first_token_us) / (output_tokens - 1)``, the mean
+  gap between its tokens; its statistics follow R27 (nearest rank) over those exact values.
+
+Nothing here needs a request's ``token_times_us`` or the ``trace``, which are nearly all of a
+large report's bytes (4 million token times in a 48 MB Mooncake report, a million steps per
+few hundred MB of trace). A report is canonical JSON (R23), so ``_reduced_report`` drops both
+while reading the file in blocks and only the rest is parsed; a report in any other layout
+(pretty-printed, members reordered) is parsed whole, with the same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from servesim.admission import REJECT_REASONS
+from servesim.canonical import canonical_json
+from servesim.documents import check_header, parse_json, pointer, schema_problems
+from servesim.errors import InputProblem, InvalidInput
+from servesim.report import PERCENTILES
+
+#: A figure's value: exact, or ``None`` where the report has no samples (R27) or no makespan.
+Value = Fraction | None
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """R27 statistics of one latency, in microseconds."""
+
+    count: int
+    min: Value
+    max: Value
+    mean: Value
+    #: percent -> the nearest-rank percentile, for each of ``PERCENTILES``.
+    percentiles: tuple[tuple[int, Value], ...]
+
+    def percentile(self, percent: int) -> Value:
+        """The ``percent``-th nearest-rank percentile (one of ``PERCENTILES``)."""
+        return dict(self.percentiles)[percent]
+
+
+@dataclass(frozen=True)
+class WorkerSpread:
+    """How evenly the fleet was used (R29): the spread of the per-worker counters."""
+
+    workers: int
+    utilization_min: Value
+    utilization_mean: Value
+    utilization_max: Value
+    #: The worker with the lowest and the highest utilisation (the first one on a tie).
+    least_busy_worker: int
+    most_busy_worker: int
+    routed_min: int
+    routed_max: int
+    peak_running: int
+    peak_waiting: int
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the report was made from (R25)."""
+
+    scenario_sha256: str
+    workload_sha256: str
+    timing_profile_sha256: str
+    #: The timing profile's calibration member as canonical JSON text; ``None`` when it has none
+    #: (a synthetic profile, or a 1.0 report, which cannot say).
+    calibration: str | None
+
+
+@dataclass(frozen=True)
+class ReportFigures:
+    """The figures of one report; every duration in microseconds."""
+
+    file: str
+    schema_version: str
+    inputs: Inputs
+    #: Whether the report holds a step trace (R30).
+    traced: bool
+    requests: int
+    completed: int
+    rejected: int
+    #: Every R10 reason with its count, in R10 order.
+    rejected_by_reason: tuple[tuple[str, int], ...]
+    prompt_tokens: int
+    output_tokens: int
+    steps: int
+    first_arrival_us: int
+    makespan_us: int
+    request_throughput_per_s: Value
+    output_token_throughput_per_s: Value
+    queue_us: Statistics
+    ttft_us: Statistics
+    itl_us: Statistics
+    #: Per-request time per output token (see the module docstring).
+    tpot_us: Statistics
+    e2e_us: Statistics
+    workers: WorkerSpread
+
+    def latencies(self) -> tuple[tuple[str, Statistics], ...]:
+        """Each latency by its short name, in the order a table shows them."""
+        return (
+            ("queue", self.queue_us),
+            ("ttft", self.ttft_us),
+            ("itl", self.itl_us),
+            ("tpot", self.tpot_us),
+            ("e2e", self.e2e_us),
+        )
+
+
+def read_figures(path: str | Path) -> ReportFigures:
+    """The figures of the report file at ``path``.
+
+    Raises ``InvalidInput`` (problems naming the file and a JSON pointer) for a file that is not
+    a readable report of a version this package reads (R2: 1.0 or 2.0).
+    """
+    file = str(path)
+    try:
+        with open(path, "rb") as stream:
+            reduced = _reduced_report(stream)
+        if reduced is None:
+            data = Path(path).read_bytes()
+    except OSError as error:
+        raise InvalidInput(
+            [InputProblem(file, "", f"cannot read the file: {error.strerror}")]
+        ) from None
+    if reduced is not None:
+        try:
+            return figures_of(parse_json(reduced, file), file)
+        except InvalidInput:
+            # Say what is wrong in terms of the file itself (line and column of the whole text).
+            data = Path(path).read_bytes()
+    return figures_of(parse_json(data, file), file)
+
+
+def figures_of(value: Any, file: str) -> ReportFigures:
+    """The figures of a parsed report (``token_times_us`` and ``trace`` may be emptied)."""
+    _, version = check_header(value, file, "report")
+    _check(value, version, file)
+    summary = value["summary"]
+    makespan = summary["makespan_us"]
+    inputs = value["inputs"]
+    calibration = inputs["timing_profile"].get("calibration")
+    return ReportFigures(
+        file=file,
+        schema_version=version,
+        inputs=Inputs(
+            scenario_sha256=inputs["scenario"]["sha256"],
+            workload_sha256=inputs["workload"]["sha256"],
+            timing_profile_sha256=inputs["timing_profile"]["sha256"],
+            calibration=None if calibration is None else canonical_json(calibration).decode(),
+        ),
+        traced=value["trace"] is not None,
+        requests=summary["requests"],
+        completed=summary["completed"],
+        rejected=summary["rejected"],
+        rejected_by_reason=tuple(
+            (reason, summary["rejected_by_reason"][reason]) for reason in REJECT_REASONS
+        ),
+        prompt_tokens=summary["prompt_tokens"],
+        output_tokens=summary["output_tokens"],
+        steps=summary["steps"],
+        first_arrival_us=summary["first_arrival_us"],
+        makespan_us=makespan,
+        request_throughput_per_s=_quotient(summary["completed"] * 1_000_000, makespan),
+        output_token_throughput_per_s=_quotient(summary["output_tokens"] * 1_000_000, makespan),
+        queue_us=_as_written(summary["queue_us"]),
+        ttft_us=_as_written(summary["ttft_us"]),
+        itl_us=_as_written(summary["itl_us"]),
+        tpot_us=_tpot_statistics(value["requests"]),
+        e2e_us=_as_written(summary["e2e_us"]),
+        workers=_worker_spread(value["workers"], makespan),
+    )
+
+
+def _quotient(numerator: int, denominator: int) -> Value:
+    return None if denominator == 0 else Fraction(numerator, denominator)
+
+
+def _exact(number: int | float | None) -> Value:
+    """A report number as an exact value (a float is exactly the binary64 the report holds)."""
+    return None if number is None else Fraction(number)
+
+
+def _as_written(statistics: Mapping[str, Any]) -> Statistics:
+    return Statistics(
+        count=statistics["count"],
+        min=_exact(statistics["min"]),
+        max=_exact(statistics["max"]),
+        mean=_exact(statistics["mean"]),
+        percentiles=tuple((percent, _exact(statistics[f"p{percent}"])) for percent in PERCENTILES),
+    )
+
+
+def _check(value: dict[str, Any], version: str, file: str) -> None:
+    """R3 for what the figures read: the whole schema but for the requests after the first
+    (checking 12,000 requests member by member with jsonschema takes seconds, longer than all
+    the rest), and, in every request, the members TPOT is derived from."""
+    requests = value.get("requests")
+    sample = {**value, "requests": requests[:1]} if isinstance(requests, list) else value
+    problems = schema_problems(sample, "report", version, file)
+    if not problems and isinstance(requests, list):
+        problems = [
+            problem
+            for index, request in enumerate(requests)
+            if (problem := _request_problem(request, index, file)) is not None
+        ]
+    if problems:
+        raise InvalidInput(problems[:_LISTED_PROBLEMS])
+
+
+_LISTED_PROBLEMS = 20
+
+
+def _request_problem(request: Any, index: int, file: str) -> InputProblem | None:
+    """Why one request cannot give its TPOT (R26), or ``None``."""
+    if not isinstance(request, dict):
+        return InputProblem(file, pointer(["requests", index]), "expected an object")
+    outcome = request.get("outcome")
+    if outcome not in {"completed", "rejected"}:
+        return InputProblem(
+            file,
+            pointer(["requests", index, "outcome"]),
+            f'expected "completed" or "rejected", found {outcome!r}',
+        )
+    for name in ("output_tokens", "first_token_us", "completion_us"):
+        number = request.get(name)
+        if (outcome == "completed" or number is not None) and not _is_count(number):
+            expected = "an integer >= 0" if outcome == "completed" else "an integer >= 0 or null"
+            return InputProblem(
+                file, pointer(["requests", index, name]), f"expected {expected}, found {number!r}"
+            )
+    if outcome == "completed" and request["completion_us"] < request["first_token_us"]:
+        return InputProblem(
+            file,
+            pointer(["requests", index, "completion_us"]),
+            "a request cannot complete before its first token",
+        )
+    return None
+
+
+def _is_count(number: Any) -> bool:
+    return isinstance(number, int) and not isinstance(number, bool) and number >= 0
+
+
+def _tpot_statistics(requests: Sequence[Mapping[str, Any]]) -> Statistics:
+    """R27 over each completed request's mean gap between its output tokens (two or more)."""
+    spans: dict[int, int] = {}  # tokens - 1 -> the sum of (completion - first token) of those
+    samples: list[Fraction] = []
+    for request in requests:
+        gaps = request["output_tokens"] - 1
+        if request["outcome"] == "completed" and gaps >= 1:
+            span = request["completion_us"] - request["first_token_us"]
+            spans[gaps] = spans.get(gaps, 0) + span
+            samples.append(Fraction(span, gaps))
+    if not samples:
+        return Statistics(0, None, None, None, tuple((percent, None) for percent in PERCENTILES))
+    # Fractions compare slowly: a float key orders them, and the Fraction breaks its ties exactly.
+    samples.sort(key=lambda sample: (float(sample), sample))
+    count = len(samples)
+    # Summed by denominator first: adding 12,000 Fractions one by one grows the denominator
+    # to the least common multiple at every step and takes seconds.
+    total = sum((Fraction(span, gaps) for gaps, span in spans.items()), Fraction(0))
+    return Statistics(
+        count=count,
+        min=samples[0],
+        max=samples[-1],
+        mean=total / count,
+        percentiles=tuple(
+            (percent, samples[max(1, -(-percent * count // 100)) - 1]) for percent in PERCENTILES
+        ),
+    )
+
+
+def _worker_spread(workers: Sequence[Mapping[str, Any]], makespan_us: int) -> WorkerSpread:
+    busy = [worker["busy_us"] for worker in workers]
+    least = min(range(len(busy)), key=busy.__getitem__)
+    most = max(range(len(busy)), key=lambda index: (busy[index], -index))
+    routed = [worker["routed"] for worker in workers]
+    return WorkerSpread(
+        workers=len(workers),
+        utilization_min=_quotient(busy[least], makespan_us),
+        utilization_mean=_quotient(sum(busy), makespan_us * len(workers)),
+        utilization_max=_quotient(busy[most], makespan_us),
+        least_busy_worker=workers[least]["worker"],
+        most_busy_worker=workers[most]["worker"],
+        routed_min=min(routed),
+        routed_max=max(routed),
+        peak_running=max(worker["peak_running"] for worker in workers),
+        peak_waiting=max(worker["peak_waiting"] for worker in workers),
+    )
+
+
+# --- reading a large report ------------------------------------------------------------------
+
+#: In canonical JSON (R23) a raw ``,"`` never occurs inside a string (a quote there is ``\\"``),
+#: so these byte strings are always an object member's start: a request's token times, and the
+#: report's trace, which is followed by ``workers``, the last member in sorted order.
+_TOKEN_TIMES = b',"token_times_us":['
+_TRACE = b',"trace":['
+_TRACE_END = b'],"workers":['
+_BLOCK_BYTES = 1 << 20
+
+
+class _NotCanonical(Exception):
+    """The report is laid out otherwise than R23 writes it: parse it whole instead."""
+
+
+def _reduced_report(stream: BinaryIO) -> bytes | None:
+    """The report's bytes with every ``token_times_us`` and the trace emptied (``[]``), or
+    ``None`` when its layout is not the canonical one this relies on."""
+    try:
+        return b"".join(_reduce(stream))
+    except _NotCanonical:
+        return None
+
+
+def _reduce(stream: BinaryIO) -> Iterator[bytes]:
+    """The kept pieces of the report, read in blocks; see ``_reduced_report``."""
+    buffer = b""
+    skipping: bytes | None = None  # _TOKEN_TIMES or _TRACE while inside that array
+    while block := stream.read(_BLOCK_BYTES):
+        buffer += block
+        position = 0
+        while True:
+            if skipping is _TRACE:
+                end = buffer.find(_TRACE_END, position)
+                if end < 0:  # keep what could be the start of the end marker
+                    buffer = buffer[max(position, len(buffer) - len(_TRACE_END) + 1) :]
+                    break
+                position, skipping = end, None
+            elif skipping is _TOKEN_TIMES:
+                end = buffer.find(b"]", position)
+                stop = len(buffer) if end < 0 else end
+                if buffer[position:stop].translate(None, b"0123456789,"):
+                    raise _NotCanonical  # not only integers: parse the file whole
+                if end < 0:
+                    buffer = b""
+                    break
+                position, skipping = end, None
+            else:
+                found, skipping = _next_marker(buffer, position)
+                if skipping is None:  # keep what could be the start of a marker
+                    keep = max(position, len(buffer) - len(_TOKEN_TIMES) + 1)
+                    yield buffer[position:keep]
+                    buffer = buffer[keep:]
+                    break
+                yield buffer[position:found]
+                position = found
+    if skipping is not None:
+        raise _NotCanonical
+    yield buffer
+
+
+def _next_marker(buffer: bytes, position: int) -> tuple[int, bytes | None]:
+    """Where the next skipped array starts (just after its ``[``), and which it is."""
+    tokens = buffer.find(_TOKEN_TIMES, position)
+    trace = buffer.find(_TRACE, position, len(buffer) if tokens < 0 else tokens)
+    if trace >= 0:
+        return trace + len(_TRACE), _TRACE
+    if tokens >= 0:
+        return tokens + len(_TOKEN_TIMES), _TOKEN_TIMES
+    return -1, None
