@@ -22,7 +22,7 @@ while reading the file in blocks and only the rest is parsed; a report in any ot
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -146,6 +146,93 @@ def read_figures(path: str | Path) -> ReportFigures:
             # Say what is wrong in terms of the file itself (line and column of the whole text).
             data = Path(path).read_bytes()
     return figures_of(parse_json(data, file), file)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure by a stable name, for tables, comparisons and machine-readable output."""
+
+    #: A stable dotted name, e.g. ``ttft_us.p99`` or ``rejected_by_reason.empty_prompt``.
+    key: str
+    #: What a table calls it, e.g. ``TTFT p99``.
+    label: str
+    #: How to show it: ``count``; ``ms`` and ``s`` (the value is in microseconds);
+    #: ``per_s``; ``percent`` (the value is a ratio).
+    unit: str
+    value: Value
+
+
+def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
+    """Every figure of a report in table order: counts, throughput, latencies, workers."""
+    counts = [
+        Figure("requests", "requests", "count", Fraction(figures.requests)),
+        Figure("completed", "completed", "count", Fraction(figures.completed)),
+        Figure("rejected", "rejected", "count", Fraction(figures.rejected)),
+        *(
+            Figure(f"rejected_by_reason.{reason}", f"rejected: {reason}", "count", Fraction(n))
+            for reason, n in figures.rejected_by_reason
+        ),
+        Figure("prompt_tokens", "prompt tokens", "count", Fraction(figures.prompt_tokens)),
+        Figure("output_tokens", "output tokens", "count", Fraction(figures.output_tokens)),
+        Figure("steps", "steps", "count", Fraction(figures.steps)),
+        Figure("makespan_us", "makespan", "s", Fraction(figures.makespan_us)),
+        Figure("request_throughput_per_s", "requests/s", "per_s", figures.request_throughput_per_s),
+        Figure(
+            "output_token_throughput_per_s",
+            "output tokens/s",
+            "per_s",
+            figures.output_token_throughput_per_s,
+        ),
+    ]
+    latencies = [
+        Figure(f"{name}_us.{part}", f"{name.upper()} {part}", unit, value)
+        for name, statistics in figures.latencies()
+        for part, unit, value in _parts(statistics)
+    ]
+    spread = figures.workers
+    workers = [
+        Figure("workers", "workers", "count", Fraction(spread.workers)),
+        Figure("workers.utilization_min", "utilisation min", "percent", spread.utilization_min),
+        Figure("workers.utilization_mean", "utilisation mean", "percent", spread.utilization_mean),
+        Figure("workers.utilization_max", "utilisation max", "percent", spread.utilization_max),
+        Figure("workers.routed_min", "routed min", "count", Fraction(spread.routed_min)),
+        Figure("workers.routed_max", "routed max", "count", Fraction(spread.routed_max)),
+        Figure("workers.peak_running", "peak running", "count", Fraction(spread.peak_running)),
+        Figure("workers.peak_waiting", "peak waiting", "count", Fraction(spread.peak_waiting)),
+    ]
+    return (*counts, *latencies, *workers)
+
+
+def _parts(statistics: Statistics) -> Iterator[tuple[str, str, Value]]:
+    """A latency's figures in table order: count, mean, min, the percentiles, max."""
+    yield "count", "count", Fraction(statistics.count)
+    yield "mean", "ms", statistics.mean
+    yield "min", "ms", statistics.min
+    for percent, value in statistics.percentiles:
+        yield f"p{percent}", "ms", value
+    yield "max", "ms", statistics.max
+
+
+class FiguresTap:
+    """A report's figures taken from its bytes as they are written, so that ``servesim replay``
+    can summarise what it wrote without reading it back (it may have gone to a pipe)."""
+
+    def __init__(self, file: str) -> None:
+        self._file = file
+        self._reducer = _Reducer()
+
+    def passing(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """The report's chunks, unchanged, noted on their way."""
+        for chunk in chunks:
+            self._reducer.feed(chunk)
+            yield chunk
+
+    def figures(self) -> ReportFigures:
+        """The figures, once every chunk has passed."""
+        reduced = self._reducer.reduced()
+        if reduced is None:
+            raise ValueError("the report written is not canonical JSON (R23)")
+        return figures_of(parse_json(reduced, self._file), self._file)
 
 
 def figures_of(value: Any, file: str) -> ReportFigures:
@@ -317,54 +404,63 @@ _TRACE_END = b'],"workers":['
 _BLOCK_BYTES = 1 << 20
 
 
-class _NotCanonical(Exception):
-    """The report is laid out otherwise than R23 writes it: parse it whole instead."""
+class _Reducer:
+    """Keeps a report's bytes but for every ``token_times_us`` and the trace, which it empties
+    (``[]``), as the bytes are fed to it in pieces of any size."""
+
+    def __init__(self) -> None:
+        self._kept: list[bytes] = []
+        self._buffer = b""
+        self._skipping: bytes | None = None  # _TOKEN_TIMES or _TRACE while inside that array
+        self.canonical = True  # False once the layout is not the one this relies on
+
+    def feed(self, block: bytes) -> None:
+        """Take the next piece of the report."""
+        if not self.canonical:
+            return
+        buffer = self._buffer + block
+        position = 0
+        while True:
+            if self._skipping is _TRACE:
+                end = buffer.find(_TRACE_END, position)
+                if end < 0:  # keep what could be the start of the end marker
+                    self._buffer = buffer[max(position, len(buffer) - len(_TRACE_END) + 1) :]
+                    return
+                position, self._skipping = end, None
+            elif self._skipping is _TOKEN_TIMES:
+                end = buffer.find(b"]", position)
+                stop = len(buffer) if end < 0 else end
+                if buffer[position:stop].translate(None, b"0123456789,"):
+                    self.canonical = False  # not only integers: the file must be parsed whole
+                    return
+                if end < 0:
+                    self._buffer = b""
+                    return
+                position, self._skipping = end, None
+            else:
+                found, self._skipping = _next_marker(buffer, position)
+                if self._skipping is None:  # keep what could be the start of a marker
+                    keep = max(position, len(buffer) - len(_TOKEN_TIMES) + 1)
+                    self._kept.append(buffer[position:keep])
+                    self._buffer = buffer[keep:]
+                    return
+                self._kept.append(buffer[position:found])
+                position = found
+
+    def reduced(self) -> bytes | None:
+        """The kept bytes, once the whole report was fed; ``None`` if it was not canonical."""
+        if not self.canonical or self._skipping is not None:
+            return None
+        return b"".join([*self._kept, self._buffer])
 
 
 def _reduced_report(stream: BinaryIO) -> bytes | None:
     """The report's bytes with every ``token_times_us`` and the trace emptied (``[]``), or
     ``None`` when its layout is not the canonical one this relies on."""
-    try:
-        return b"".join(_reduce(stream))
-    except _NotCanonical:
-        return None
-
-
-def _reduce(stream: BinaryIO) -> Iterator[bytes]:
-    """The kept pieces of the report, read in blocks; see ``_reduced_report``."""
-    buffer = b""
-    skipping: bytes | None = None  # _TOKEN_TIMES or _TRACE while inside that array
-    while block := stream.read(_BLOCK_BYTES):
-        buffer += block
-        position = 0
-        while True:
-            if skipping is _TRACE:
-                end = buffer.find(_TRACE_END, position)
-                if end < 0:  # keep what could be the start of the end marker
-                    buffer = buffer[max(position, len(buffer) - len(_TRACE_END) + 1) :]
-                    break
-                position, skipping = end, None
-            elif skipping is _TOKEN_TIMES:
-                end = buffer.find(b"]", position)
-                stop = len(buffer) if end < 0 else end
-                if buffer[position:stop].translate(None, b"0123456789,"):
-                    raise _NotCanonical  # not only integers: parse the file whole
-                if end < 0:
-                    buffer = b""
-                    break
-                position, skipping = end, None
-            else:
-                found, skipping = _next_marker(buffer, position)
-                if skipping is None:  # keep what could be the start of a marker
-                    keep = max(position, len(buffer) - len(_TOKEN_TIMES) + 1)
-                    yield buffer[position:keep]
-                    buffer = buffer[keep:]
-                    break
-                yield buffer[position:found]
-                position = found
-    if skipping is not None:
-        raise _NotCanonical
-    yield buffer
+    reducer = _Reducer()
+    while reducer.canonical and (block := stream.read(_BLOCK_BYTES)):
+        reducer.feed(block)
+    return reducer.reduced()
 
 
 def _next_marker(buffer: bytes, position: int) -> tuple[int, bytes | None]:

@@ -16,10 +16,12 @@ from types import FrameType
 from servesim import __version__
 from servesim_cli import (
     calibrate,
+    compare,
     matrix,
     plot,
     replay,
     suite,
+    summary,
     sweep,
     trace_import,
     validate,
@@ -39,6 +41,8 @@ deterministic logical clock, and write a canonical JSON report. The rules are in
 #: Every subcommand, in the order ``servesim --help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     replay.COMMAND,
+    summary.COMMAND,
+    compare.COMMAND,
     validate.COMMAND,
     trace_import.COMMAND,
     suite.CONFORM,

@@ -1,0 +1,212 @@
+"""``servesim summary``: a report's headline figures as a table a person reads, or as JSON.
+
+The figures are those of ``servesim_cli.figures``. Display rounding, always to nearest with ties
+to even, from the exact value: latencies in milliseconds to the microsecond (3 decimals), the
+makespan in seconds to the microsecond, throughputs and utilisation percentages to 2 decimals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from fractions import Fraction
+from typing import Any
+
+from servesim.errors import ServesimError
+from servesim_cli.command import EXIT_OK, Command
+from servesim_cli.figures import (
+    ReportFigures,
+    Statistics,
+    Value,
+    flat_figures,
+    read_figures,
+)
+from servesim_cli.messages import report_invalid
+
+#: A unit -> (decimal places, the factor from the figure's value to what is shown, suffix).
+_SHOWN = {
+    "count": (0, Fraction(1), ""),
+    "ms": (3, Fraction(1, 1000), " ms"),
+    "s": (6, Fraction(1, 1_000_000), " s"),
+    "per_s": (2, Fraction(1), "/s"),
+    "percent": (2, Fraction(100), "%"),
+}
+
+
+def decimal(value: Fraction, places: int) -> str:
+    """``value`` rounded to ``places`` decimals (ties to even), with thousands separators."""
+    scaled = round(value * 10**places)
+    sign = "-" if scaled < 0 else ""
+    whole, fraction = divmod(abs(scaled), 10**places)
+    return f"{sign}{whole:,}" + (f".{fraction:0{places}d}" if places else "")
+
+
+def shown(value: Value, unit: str, *, suffix: bool = False) -> str:
+    """A figure as a table shows it; ``-`` where there is none (no samples, no makespan)."""
+    if value is None:
+        return "-"
+    places, factor, text = _SHOWN[unit]
+    return decimal(value * factor, places) + (text if suffix else "")
+
+
+def json_number(value: Value) -> int | float | None:
+    """A figure for JSON: an integer when whole, else the nearest binary64 (as R24 rounds)."""
+    if value is None:
+        return None
+    if value.denominator == 1:
+        return value.numerator
+    return float(value)  # Fraction -> float is correctly rounded
+
+
+def render(figures: ReportFigures) -> str:
+    """The summary table of one report."""
+    by_key = {figure.key: figure for figure in flat_figures(figures)}
+
+    def show(key: str) -> str:
+        return shown(by_key[key].value, by_key[key].unit, suffix=True)
+
+    def plain(key: str) -> str:
+        return shown(by_key[key].value, by_key[key].unit)
+
+    rejected = ", ".join(f"{reason} {count:,}" for reason, count in figures.rejected_by_reason)
+    lines = [
+        f"report       {figures.file} (report {figures.schema_version}"
+        + (", with trace)" if figures.traced else ")"),
+        *_input_lines(figures),
+        "",
+        f"requests     {figures.requests:,}: {figures.completed:,} completed, "
+        f"{figures.rejected:,} rejected",
+    ]
+    if figures.rejected:
+        lines.append(f"rejected     {rejected}")
+    lines += [
+        f"tokens       {figures.prompt_tokens:,} prompt, {figures.output_tokens:,} output "
+        "(completed requests)",
+        f"steps        {figures.steps:,}",
+        f"makespan     {show('makespan_us')} from the first arrival "
+        f"({figures.first_arrival_us:,} us)",
+        f"throughput   {plain('request_throughput_per_s')} requests/s, "
+        f"{plain('output_token_throughput_per_s')} output tokens/s",
+        "",
+        *_latency_table(figures),
+        "",
+        *_worker_lines(figures, show),
+    ]
+    return "\n".join(lines)
+
+
+def _input_lines(figures: ReportFigures) -> list[str]:
+    inputs = figures.inputs
+    calibration = "none (synthetic profile)"
+    if inputs.calibration is not None:
+        identity = json.loads(inputs.calibration)
+        calibration = (
+            f"{identity['engine']} {identity['engine_version']}, {identity['model']} "
+            f"@ {identity['model_revision']}, {identity['gpu']}"
+        )
+    return [
+        f"inputs       scenario {inputs.scenario_sha256[:12]}, workload "
+        f"{inputs.workload_sha256[:12]}, timing profile {inputs.timing_profile_sha256[:12]} "
+        "(sha256)",
+        f"calibration  {calibration}",
+    ]
+
+
+_LATENCY_COLUMNS = ("count", "mean", "min", "p50", "p90", "p95", "p99", "max")
+
+
+def _latency_table(figures: ReportFigures) -> list[str]:
+    header = f"{'latency (ms)':<14}" + "".join(f"{column:>12}" for column in _LATENCY_COLUMNS)
+    rows = [header]
+    for name, statistics in figures.latencies():
+        cells = [f"{statistics.count:,}", *(shown(value, "ms") for value in _row(statistics))]
+        rows.append(f"{name.upper():<14}" + "".join(f"{cell:>12}" for cell in cells))
+    rows.append(
+        "TPOT is each completed request's (completion - first token) / (output tokens - 1), "
+        "over requests with 2 or more tokens."
+    )
+    return rows
+
+
+def _row(statistics: Statistics) -> list[Value]:
+    return [
+        statistics.mean,
+        statistics.min,
+        *(value for _, value in statistics.percentiles),
+        statistics.max,
+    ]
+
+
+def _worker_lines(figures: ReportFigures, show: Any) -> list[str]:
+    spread = figures.workers
+    return [
+        f"workers      {spread.workers:,}: utilisation min {show('workers.utilization_min')} "
+        f"(worker {spread.least_busy_worker}), mean {show('workers.utilization_mean')}, "
+        f"max {show('workers.utilization_max')} (worker {spread.most_busy_worker})",
+        f"             routed {spread.routed_min:,} to {spread.routed_max:,} requests each; "
+        f"peak running {spread.peak_running:,}, peak waiting {spread.peak_waiting:,}",
+    ]
+
+
+def as_json(figures: ReportFigures) -> dict[str, Any]:
+    """The machine-readable summary: what was read, and every figure by its stable name."""
+    inputs = figures.inputs
+    return {
+        "report": figures.file,
+        "schema_version": figures.schema_version,
+        "traced": figures.traced,
+        "inputs": {
+            "scenario_sha256": inputs.scenario_sha256,
+            "workload_sha256": inputs.workload_sha256,
+            "timing_profile_sha256": inputs.timing_profile_sha256,
+            "calibration": None if inputs.calibration is None else json.loads(inputs.calibration),
+        },
+        "figures": {figure.key: json_number(figure.value) for figure in flat_figures(figures)},
+    }
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("report", metavar="REPORT", help="a report file (1.0 or 2.0)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the figures as one JSON object: report, schema_version, traced, inputs "
+        "(the sha256 digests and the calibration) and figures (dotted names such as "
+        "ttft_us.p99 -> a number in the report's unit, microseconds or a ratio; null where "
+        "there are no samples); integers stay integers, other values are the nearest binary64",
+    )
+
+
+def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
+    try:
+        figures = read_figures(arguments.report)
+    except ServesimError as error:
+        return report_invalid(error)
+    if arguments.json:
+        print(json.dumps(as_json(figures), indent=2))
+    else:
+        print(render(figures))
+    return EXIT_OK
+
+
+COMMAND = Command(
+    name="summary",
+    help="print a report's headline figures",
+    description="Print a report's headline figures: requests and rejections by reason, "
+    "throughput, queue time, TTFT, ITL, per-request TPOT and E2E statistics (count, mean, min, "
+    "nearest-rank p50/p90/p95/p99, max), and how evenly the workers were used. TPOT is each "
+    "completed request's (completion_us - first_token_us) / (output_tokens - 1), for requests "
+    "with at least 2 output tokens, computed exactly; the other figures are the report's own "
+    "(R28, R29), with throughput and utilisation recomputed exactly from its integers. "
+    "Shown rounded to nearest, ties to even: milliseconds to 3 decimals, the makespan in "
+    "seconds to 6, rates and percentages to 2. A large report is read without its token times "
+    "or trace. Exit 0: printed. Exit 2: not a readable report.",
+    add_arguments=_add_arguments,
+    run=_run,
+)
+
+
+def print_summary(figures: ReportFigures) -> None:
+    """Print the table (``servesim replay`` does after writing a report)."""
+    sys.stdout.write(render(figures) + "\n")
