@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from servesim import __version__
@@ -19,7 +20,9 @@ from servesim_cli.command import (
     Command,
 )
 from servesim_cli.coverage_warnings import limits_outside_coverage
+from servesim_cli.figures import FiguresTap
 from servesim_cli.messages import STANDARD_OUTPUT, report_invalid, same_file, write_output
+from servesim_cli.summary import print_summary
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +38,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--trace", action="store_true", help="include every step in the report (R30)"
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="do not print the report's summary table (see `servesim summary`) on success",
     )
     parser.add_argument(
         "--describe",
@@ -114,20 +122,43 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return EXIT_OUT_OF_COVERAGE
     except ServesimError as error:
         return report_invalid(error)
-    written = write_output(arguments.output, report, "the report")
+    # The summary is taken from the bytes as they are written: no second read, and the output
+    # may be a pipe. Not when the report itself goes to standard output.
+    tap = (
+        None
+        if arguments.quiet or _to_standard_output(arguments.output)
+        else FiguresTap(arguments.output)
+    )
+    written = write_output(
+        arguments.output, report if tap is None else tap.passing(report), "the report"
+    )
     if written != EXIT_OK:
         return written
     if sys.stderr.isatty():
         print(f"\rservesim: report written to {arguments.output}", " " * 30, file=sys.stderr)
+    if tap is not None:
+        print_summary(tap.figures())
     return EXIT_OK
+
+
+def _to_standard_output(path: str) -> bool:
+    """Whether the report goes to standard output (``-``, or ``/dev/stdout`` or the like)."""
+    if path == STANDARD_OUTPUT:
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(sys.stdout.fileno()))
+    except (OSError, ValueError):
+        return False
 
 
 COMMAND = Command(
     name="replay",
     help="replay a workload on a scenario's fleet and write the report",
     description="Replay a workload and write the canonical report (SPEC.md R32). "
-    "Exit 0: report written. Exit 2: input rejected, nothing written. Exit 3: a step's shape "
-    "is outside the measured timing profile's coverage (R43), nothing written.",
+    "On success it prints the report's summary table (as `servesim summary` does) unless "
+    "--quiet or the report goes to standard output. Exit 0: report written. Exit 2: input "
+    "rejected, nothing written. Exit 3: a step's shape is outside the measured timing "
+    "profile's coverage (R43), nothing written.",
     add_arguments=_add_arguments,
     run=_run,
 )
