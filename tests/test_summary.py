@@ -1,0 +1,251 @@
+"""``servesim summary`` and the figures behind it (servesim_cli.figures).
+
+The hand-derived case: one worker, whole prefill, duration ``1000 + 10*P + 100*D`` µs (R22):
+
+- step 1 [0, 1300]: prefills a (10) and b (20), P = 30: first tokens of a and b at 1300; b
+  (1 output) completes.
+- step 2 [1300, 2400]: a decodes (D = 1); c arrives at 2000 and waits.
+- step 3 [2400, 3530]: a decodes, c prefills (P = 3): a's third token and c's first at 3530.
+- step 4 [3530, 4730]: a and c decode (D = 2): a completes with 4 tokens, c with 2.
+
+TPOT: a = (4730 - 1300) / 3 = 3430/3, c = (4730 - 3530) / 1 = 1200; b has one token, no TPOT.
+Mean (3430/3 + 1200) / 2 = 3515/3; nearest rank (R27) of 2 samples: p50 = rank 1 = 3430/3,
+p90 = p95 = p99 = rank 2 = 1200. Makespan 4730, all busy: utilisation 1. Throughput
+3 * 10^6 / 4730 = 300000/473 requests/s, 7 * 10^6 / 4730 = 700000/473 output tokens/s.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servesim.replay import replay
+from servesim_cli import figures as figures_module
+from servesim_cli.figures import FiguresTap, figures_of, flat_figures, read_figures
+from servesim_cli.main import main
+from tests.helpers import REPO, replay_args, scenario_doc, timing_doc, workload_doc, write_inputs
+
+GOLDEN_REPORTS = sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+
+
+@pytest.fixture
+def hand_report(tmp_path: Path) -> Path:
+    """The report of the module docstring's case."""
+    paths = write_inputs(
+        tmp_path,
+        scenario_doc(),
+        workload_doc(("a", 0, 10, 4), ("b", 0, 20, 1), ("c", 2000, 3, 2)),
+        timing_doc(),
+    )
+    output = tmp_path / "report.json"
+    output.write_bytes(replay(paths["scenario"], paths["workload"], paths["timing_profile"]))
+    return output
+
+
+def test_the_hand_derived_timeline_holds(hand_report: Path) -> None:
+    requests = {entry["id"]: entry for entry in json.loads(hand_report.read_bytes())["requests"]}
+    assert requests["a"]["token_times_us"] == [1300, 2400, 3530, 4730]
+    assert requests["b"]["token_times_us"] == [1300]
+    assert requests["c"]["token_times_us"] == [3530, 4730]
+
+
+def test_tpot_throughput_and_utilisation_are_derived_exactly(hand_report: Path) -> None:
+    figures = read_figures(hand_report)
+    tpot = figures.tpot_us
+    assert (tpot.count, tpot.min, tpot.max) == (2, Fraction(3430, 3), 1200)
+    assert tpot.mean == Fraction(3515, 3)
+    assert tpot.percentiles == (
+        (50, Fraction(3430, 3)),
+        (90, Fraction(1200)),
+        (95, Fraction(1200)),
+        (99, Fraction(1200)),
+    )
+    assert figures.request_throughput_per_s == Fraction(300000, 473)
+    assert figures.output_token_throughput_per_s == Fraction(700000, 473)
+    assert figures.makespan_us == 4730
+    spread = figures.workers
+    assert (spread.utilization_min, spread.utilization_mean, spread.utilization_max) == (1, 1, 1)
+    # a and b wait together at 0; at most two run at once (a, b in step 1; a, c in steps 3, 4)
+    assert (spread.routed_min, spread.routed_max) == (3, 3)
+    assert (spread.peak_running, spread.peak_waiting) == (2, 2)
+
+
+def test_the_table_shows_the_figures_rounded_to_the_microsecond(
+    hand_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["summary", str(hand_report)]) == 0
+    table = capsys.readouterr().out
+    assert f"report       {hand_report} (report 2.0)" in table
+    assert "requests     3: 3 completed, 0 rejected" in table
+    assert "throughput   634.25 requests/s, 1,479.92 output tokens/s" in table
+    assert "makespan     0.004730 s" in table
+    # TPOT: count 2, mean 1171.667 us, min 1143.333 us, p50 min, p90..max 1200 us
+    tpot = next(line for line in table.splitlines() if line.startswith("TPOT "))
+    assert tpot.split() == ["TPOT", "2", "1.172", "1.143", "1.143", *["1.200"] * 4]
+    assert "utilisation min 100.00% (worker 0)" in table
+
+
+def test_the_json_summary_names_every_figure(
+    hand_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["summary", "--json", str(hand_report)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary) == {"report", "schema_version", "traced", "inputs", "figures"}
+    assert set(summary["inputs"]) == {
+        "scenario_sha256",
+        "workload_sha256",
+        "timing_profile_sha256",
+        "calibration",
+    }
+    numbers = summary["figures"]
+    assert list(numbers) == [figure.key for figure in flat_figures(read_figures(hand_report))]
+    assert numbers["tpot_us.mean"] == 3515 / 3  # the nearest binary64, as R24 rounds
+    assert numbers["tpot_us.p99"] == 1200
+    assert isinstance(numbers["tpot_us.p99"], int)
+    assert numbers["requests"] == 3
+    assert numbers["rejected_by_reason.empty_prompt"] == 0
+    assert numbers["workers.utilization_max"] == 1
+
+
+def test_no_samples_are_shown_as_a_dash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = write_inputs(tmp_path, scenario_doc(), workload_doc(("a", 0, 0, 3)), timing_doc())
+    output = tmp_path / "report.json"
+    output.write_bytes(replay(paths["scenario"], paths["workload"], paths["timing_profile"]))
+    assert main(["summary", str(output)]) == 0
+    table = capsys.readouterr().out
+    assert "rejected     empty_prompt 1, zero_max_output_tokens 0" in table
+    ttft = next(line for line in table.splitlines() if line.startswith("TTFT "))
+    assert ttft.split() == ["TTFT", "0", *["-"] * 7]
+
+
+# --- the large-report path: the same figures, however the report is read ---------------------
+
+
+def _whole(path: Path) -> Any:
+    """The figures from the whole parsed report, token times and trace included."""
+    return figures_of(json.loads(path.read_bytes()), str(path))
+
+
+@pytest.mark.parametrize("report", GOLDEN_REPORTS, ids=lambda path: path.parent.name)
+def test_reading_without_token_times_gives_the_figures_of_the_whole_report(report: Path) -> None:
+    assert read_figures(report) == _whole(report)
+
+
+def test_the_skipped_parts_are_emptied_across_any_block_boundary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    traced = [path for path in GOLDEN_REPORTS if json.loads(path.read_bytes())["trace"]]
+    assert traced
+    for report in traced[:5]:
+        data = report.read_bytes()
+        for block in (1, 2, 7, 13, 64):
+            monkeypatch.setattr(figures_module, "_BLOCK_BYTES", block)
+            reduced = figures_module._reduced_report(io.BytesIO(data))
+            assert reduced is not None
+            value = json.loads(reduced)
+            assert value["trace"] == []
+            assert all(request["token_times_us"] == [] for request in value["requests"])
+            whole = json.loads(data)
+            for request in whole["requests"]:
+                request["token_times_us"] = []
+            whole["trace"] = []
+            assert value == whole
+
+
+def test_a_report_in_another_layout_is_read_whole(tmp_path: Path) -> None:
+    report = next(path for path in GOLDEN_REPORTS if json.loads(path.read_bytes())["trace"])
+    value = json.loads(report.read_bytes())
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(value, indent=1))
+    unsorted = tmp_path / "unsorted.json"  # the trace after the workers: no end marker
+    value["trace"] = value.pop("trace")
+    unsorted.write_text(json.dumps(value, separators=(",", ":")))
+    with unsorted.open("rb") as stream:
+        assert figures_module._reduced_report(stream) is None
+    expected = replace(read_figures(report), file="")
+    assert replace(read_figures(pretty), file="") == expected
+    assert replace(read_figures(unsorted), file="") == expected
+
+
+def test_figures_taken_while_writing_are_those_read_back(hand_report: Path) -> None:
+    data = hand_report.read_bytes()
+    tap = FiguresTap(str(hand_report))
+
+    def pieces() -> Iterator[bytes]:
+        for start in range(0, len(data), 5):
+            yield data[start : start + 5]
+
+    assert b"".join(tap.passing(pieces())) == data
+    assert tap.figures() == read_figures(hand_report)
+
+
+# --- refusals ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "pointer", "message"),
+    [
+        ("{", "(document root)", "not valid JSON"),
+        ('{"document": "scenario", "schema_version": "1.0"}', "/document", "expected a report"),
+        ('{"document": "report", "schema_version": "9.0"}', "/schema_version", "not supported"),
+        ('{"document": "report", "schema_version": "2.0"}', "(document root)", "missing required"),
+    ],
+)
+def test_what_is_not_a_readable_report_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: str,
+    pointer: str,
+    message: str,
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert main(["summary", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{bad}: at {pointer}: " in captured.err
+    assert message in captured.err
+
+
+def test_a_completed_request_without_its_times_is_refused(
+    hand_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    value = json.loads(hand_report.read_bytes())
+    value["requests"][2]["first_token_us"] = None
+    hand_report.write_text(json.dumps(value))
+    assert main(["summary", str(hand_report)]) == 2
+    error = capsys.readouterr().err
+    assert f"{hand_report}: at /requests/2/first_token_us: expected an integer >= 0" in error
+
+
+def test_a_missing_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(tmp_path / "nothing.json")]) == 2
+    assert "cannot read the file" in capsys.readouterr().err
+
+
+# --- replay prints the summary -----------------------------------------------------------------
+
+
+def test_replay_prints_the_summary_unless_quiet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = write_inputs(
+        tmp_path,
+        scenario_doc(),
+        workload_doc(("a", 0, 10, 4), ("b", 0, 20, 1), ("c", 2000, 3, 2)),
+        timing_doc(),
+    )
+    output = tmp_path / "report.json"
+    assert main([str(argument) for argument in replay_args(paths, output)]) == 0
+    shown = capsys.readouterr().out
+    assert main(["summary", str(output)]) == 0
+    assert shown == capsys.readouterr().out
+    assert main([str(argument) for argument in replay_args(paths, output, "--quiet")]) == 0
+    assert capsys.readouterr().out == ""
