@@ -249,3 +249,17 @@ def test_replay_prints_the_summary_unless_quiet(
     assert shown == capsys.readouterr().out
     assert main([str(argument) for argument in replay_args(paths, output, "--quiet")]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_tpot_order_is_exact_where_floats_tie() -> None:
+    # (3k + 2)/3 and (3k + 1)/3 are different numbers with one nearest binary64.
+    k = (2**53 - 3) // 3
+    assert (3 * k + 1) / 3 == (3 * k + 2) / 3
+    requests = [
+        {"outcome": "completed", "output_tokens": 4, "first_token_us": 0, "completion_us": span}
+        for span in (3 * k + 2, 3 * k + 1)
+    ]
+    tpot = figures_module._tpot_statistics(requests, "r.json")
+    assert tpot.min == tpot.percentile(50) == Fraction(3 * k + 1, 3)
+    assert tpot.max == tpot.percentile(90) == Fraction(3 * k + 2, 3)
+    assert tpot.mean == Fraction(6 * k + 3, 6)

@@ -22,11 +22,13 @@ while reading the file in blocks and only the rest is parsed; a report in any ot
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cmp_to_key
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 from servesim.admission import REJECT_REASONS
 from servesim.canonical import canonical_json
@@ -127,25 +129,40 @@ def read_figures(path: str | Path) -> ReportFigures:
     """The figures of the report file at ``path``.
 
     Raises ``InvalidInput`` (problems naming the file and a JSON pointer) for a file that is not
-    a readable report of a version this package reads (R2: 1.0 or 2.0).
+    a readable report of a version this package reads (R2: 1.0 or 2.0). What the figures do not
+    use is not checked (``servesim validate`` checks a whole report).
     """
     file = str(path)
     try:
         with open(path, "rb") as stream:
             reduced = _reduced_report(stream)
-        if reduced is None:
+        value = _parsed(reduced) if reduced is not None else None
+        if value is None:  # another layout, or not JSON: parse the whole file
             data = Path(path).read_bytes()
+            value = _parsed(data)
+            if value is None:  # not JSON: the strict reader says where and why
+                value = parse_json(data, file)
     except OSError as error:
         raise InvalidInput(
             [InputProblem(file, "", f"cannot read the file: {error.strerror}")]
         ) from None
-    if reduced is not None:
-        try:
-            return figures_of(parse_json(reduced, file), file)
-        except InvalidInput:
-            # Say what is wrong in terms of the file itself (line and column of the whole text).
-            data = Path(path).read_bytes()
-    return figures_of(parse_json(data, file), file)
+    return figures_of(value, file)
+
+
+def _parsed(data: bytes) -> Any:
+    """JSON text as a value, ``None`` if it is not JSON (NaN and Infinity included).
+
+    Not ``parse_json``: its duplicate-key check takes longer than the rest of a summary, and a
+    report is written by a program, not a person.
+    """
+    try:
+        return json.loads(data, parse_constant=_not_a_number)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 @dataclass(frozen=True)
@@ -232,7 +249,7 @@ class FiguresTap:
         reduced = self._reducer.reduced()
         if reduced is None:
             raise ValueError("the report written is not canonical JSON (R23)")
-        return figures_of(parse_json(reduced, self._file), self._file)
+        return figures_of(json.loads(reduced), self._file)
 
 
 def figures_of(value: Any, file: str) -> ReportFigures:
@@ -269,7 +286,7 @@ def figures_of(value: Any, file: str) -> ReportFigures:
         queue_us=_as_written(summary["queue_us"]),
         ttft_us=_as_written(summary["ttft_us"]),
         itl_us=_as_written(summary["itl_us"]),
-        tpot_us=_tpot_statistics(value["requests"]),
+        tpot_us=_tpot_statistics(value["requests"], file),
         e2e_us=_as_written(summary["e2e_us"]),
         workers=_worker_spread(value["workers"], makespan),
     )
@@ -295,27 +312,64 @@ def _as_written(statistics: Mapping[str, Any]) -> Statistics:
 
 
 def _check(value: dict[str, Any], version: str, file: str) -> None:
-    """R3 for what the figures read: the whole schema but for the requests after the first
+    """R3 for what the figures read: the whole schema, but for the requests after the first
     (checking 12,000 requests member by member with jsonschema takes seconds, longer than all
-    the rest), and, in every request, the members TPOT is derived from."""
+    the rest); ``_tpot_statistics`` checks what it reads of those."""
     requests = value.get("requests")
     sample = {**value, "requests": requests[:1]} if isinstance(requests, list) else value
     problems = schema_problems(sample, "report", version, file)
-    if not problems and isinstance(requests, list):
-        problems = [
-            problem
-            for index, request in enumerate(requests)
-            if (problem := _request_problem(request, index, file)) is not None
-        ]
     if problems:
-        raise InvalidInput(problems[:_LISTED_PROBLEMS])
+        raise InvalidInput(problems)
 
 
-_LISTED_PROBLEMS = 20
+def _tpot_statistics(requests: Sequence[Any], file: str) -> Statistics:
+    """R27 over each completed request's mean gap between its output tokens (two or more)."""
+    spans: dict[int, int] = {}  # tokens - 1 -> the sum of (completion - first token) of those
+    samples: list[tuple[int, int]] = []  # (completion - first token, tokens - 1)
+    for index, request in enumerate(requests):
+        if not isinstance(request, dict) or request.get("outcome") != "completed":
+            if not isinstance(request, dict) or request.get("outcome") != "rejected":
+                raise InvalidInput([_request_problem(request, index, file)])
+            continue
+        tokens, first, last = (request.get(name) for name in _TPOT_MEMBERS)
+        if not (_is_count(tokens) and _is_count(first) and _is_count(last) and first <= last):
+            raise InvalidInput([_request_problem(request, index, file)])
+        if tokens >= 2:
+            spans[tokens - 1] = spans.get(tokens - 1, 0) + last - first
+            samples.append((last - first, tokens - 1))
+    if not samples:
+        return Statistics(0, None, None, None, tuple((percent, None) for percent in PERCENTILES))
+    # Sorted by the correctly rounded quotient, the samples are in order but within runs of
+    # equal floats; the exact comparison then fixes those few in about one pass.
+    samples.sort(key=lambda sample: sample[0] / sample[1])
+    samples.sort(key=cmp_to_key(_compare_quotients))
+    count = len(samples)
+    # Summed by denominator: adding 12,000 Fractions one by one takes seconds.
+    total = sum((Fraction(span, gaps) for gaps, span in spans.items()), Fraction(0))
+    return Statistics(
+        count=count,
+        min=Fraction(*samples[0]),
+        max=Fraction(*samples[-1]),
+        mean=total / count,
+        percentiles=tuple(
+            (percent, Fraction(*samples[max(1, -(-percent * count // 100)) - 1]))
+            for percent in PERCENTILES
+        ),
+    )
 
 
-def _request_problem(request: Any, index: int, file: str) -> InputProblem | None:
-    """Why one request cannot give its TPOT (R26), or ``None``."""
+#: What a completed request's TPOT is derived from (R26).
+_TPOT_MEMBERS = ("output_tokens", "first_token_us", "completion_us")
+
+
+def _compare_quotients(first: tuple[int, int], second: tuple[int, int]) -> int:
+    """-1, 0 or 1 as a/b is below, equal to or above c/d (b and d positive)."""
+    left, right = first[0] * second[1], second[0] * first[1]
+    return (left > right) - (left < right)
+
+
+def _request_problem(request: Any, index: int, file: str) -> InputProblem:
+    """Why one request cannot give its TPOT (R26)."""
     if not isinstance(request, dict):
         return InputProblem(file, pointer(["requests", index]), "expected an object")
     outcome = request.get("outcome")
@@ -325,53 +379,22 @@ def _request_problem(request: Any, index: int, file: str) -> InputProblem | None
             pointer(["requests", index, "outcome"]),
             f'expected "completed" or "rejected", found {outcome!r}',
         )
-    for name in ("output_tokens", "first_token_us", "completion_us"):
-        number = request.get(name)
-        if (outcome == "completed" or number is not None) and not _is_count(number):
-            expected = "an integer >= 0" if outcome == "completed" else "an integer >= 0 or null"
+    for name in _TPOT_MEMBERS:
+        if not _is_count(number := request.get(name)):
             return InputProblem(
-                file, pointer(["requests", index, name]), f"expected {expected}, found {number!r}"
+                file,
+                pointer(["requests", index, name]),
+                f"expected an integer >= 0 in a completed request, found {number!r}",
             )
-    if outcome == "completed" and request["completion_us"] < request["first_token_us"]:
-        return InputProblem(
-            file,
-            pointer(["requests", index, "completion_us"]),
-            "a request cannot complete before its first token",
-        )
-    return None
-
-
-def _is_count(number: Any) -> bool:
-    return isinstance(number, int) and not isinstance(number, bool) and number >= 0
-
-
-def _tpot_statistics(requests: Sequence[Mapping[str, Any]]) -> Statistics:
-    """R27 over each completed request's mean gap between its output tokens (two or more)."""
-    spans: dict[int, int] = {}  # tokens - 1 -> the sum of (completion - first token) of those
-    samples: list[Fraction] = []
-    for request in requests:
-        gaps = request["output_tokens"] - 1
-        if request["outcome"] == "completed" and gaps >= 1:
-            span = request["completion_us"] - request["first_token_us"]
-            spans[gaps] = spans.get(gaps, 0) + span
-            samples.append(Fraction(span, gaps))
-    if not samples:
-        return Statistics(0, None, None, None, tuple((percent, None) for percent in PERCENTILES))
-    # Fractions compare slowly: a float key orders them, and the Fraction breaks its ties exactly.
-    samples.sort(key=lambda sample: (float(sample), sample))
-    count = len(samples)
-    # Summed by denominator first: adding 12,000 Fractions one by one grows the denominator
-    # to the least common multiple at every step and takes seconds.
-    total = sum((Fraction(span, gaps) for gaps, span in spans.items()), Fraction(0))
-    return Statistics(
-        count=count,
-        min=samples[0],
-        max=samples[-1],
-        mean=total / count,
-        percentiles=tuple(
-            (percent, samples[max(1, -(-percent * count // 100)) - 1]) for percent in PERCENTILES
-        ),
+    return InputProblem(
+        file,
+        pointer(["requests", index, "completion_us"]),
+        "a request cannot complete before its first token",
     )
+
+
+def _is_count(number: object) -> TypeGuard[int]:
+    return isinstance(number, int) and not isinstance(number, bool) and number >= 0
 
 
 def _worker_spread(workers: Sequence[Mapping[str, Any]], makespan_us: int) -> WorkerSpread:
