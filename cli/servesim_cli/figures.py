@@ -193,10 +193,15 @@ def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
         Figure("output_tokens", "output tokens", "count", Fraction(figures.output_tokens)),
         Figure("steps", "steps", "count", Fraction(figures.steps)),
         Figure("makespan_us", "makespan", "s", Fraction(figures.makespan_us)),
-        Figure("request_throughput_per_s", "requests/s", "per_s", figures.request_throughput_per_s),
+        Figure(
+            "request_throughput_per_s",
+            "request throughput",
+            "per_s",
+            figures.request_throughput_per_s,
+        ),
         Figure(
             "output_token_throughput_per_s",
-            "output tokens/s",
+            "output token throughput",
             "per_s",
             figures.output_token_throughput_per_s,
         ),
