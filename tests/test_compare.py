@@ -156,4 +156,4 @@ def test_a_bad_threshold_is_a_usage_error(
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", "--threshold", "-1", str(one_worker), str(one_worker)])
     assert exit_info.value.code == 2
-    assert "expected a non-negative number" in capsys.readouterr().err
+    assert "argument --threshold: expected a number of at least 0" in capsys.readouterr().err

@@ -263,3 +263,11 @@ def test_tpot_order_is_exact_where_floats_tie() -> None:
     assert tpot.min == tpot.percentile(50) == Fraction(3 * k + 1, 3)
     assert tpot.max == tpot.percentile(90) == Fraction(3 * k + 2, 3)
     assert tpot.mean == Fraction(6 * k + 3, 6)
+
+
+def test_replay_to_standard_output_prints_the_report_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = write_inputs(tmp_path, scenario_doc(), workload_doc(("a", 0, 10, 4)), timing_doc())
+    assert main([str(argument) for argument in replay_args(paths, Path("-"))]) == 0
+    assert json.loads(capsys.readouterr().out)["document"] == "report"
