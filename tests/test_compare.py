@@ -157,3 +157,15 @@ def test_a_bad_threshold_is_a_usage_error(
         main(["compare", "--threshold", "-1", str(one_worker), str(one_worker)])
     assert exit_info.value.code == 2
     assert "argument --threshold: expected a number of at least 0" in capsys.readouterr().err
+
+
+def test_flagged_only_shows_the_flagged_rows(
+    one_worker: Path, two_workers: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", "--flagged-only", str(one_worker), str(two_workers)]) == 1
+    table = capsys.readouterr().out
+    rows = table.split("\n\n")[1].splitlines()[1:]  # after the header lines and column titles
+    assert rows
+    assert all(row.endswith("  *") for row in rows)
+    assert any(row.startswith("routed max") for row in rows)
+    assert not any(row.startswith("makespan") for row in rows)

@@ -90,9 +90,14 @@ def _relative(item: Difference) -> str:
 
 
 def render(
-    a: ReportFigures, b: ReportFigures, items: Sequence[Difference], threshold: Fraction
+    a: ReportFigures,
+    b: ReportFigures,
+    items: Sequence[Difference],
+    threshold: Fraction,
+    *,
+    flagged_only: bool = False,
 ) -> str:
-    """The side-by-side table."""
+    """The side-by-side table; only the flagged figures' rows with ``flagged_only``."""
     same = input_differences(a, b)
     described = [
         f"{name} {'same' if equal else 'DIFFERS'}"
@@ -109,6 +114,8 @@ def render(
         f"{'figure':<42}{'A':>16}{'B':>16}{'B - A':>16}{'rel':>10}",
     ]
     for item in items:
+        if flagged_only and not item.flagged:
+            continue
         change = "-" if item.difference is None else shown(item.difference, item.unit)
         lines.append(
             f"{item.label + _unit_note(item.unit):<42}{shown(item.a, item.unit):>16}"
@@ -177,6 +184,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse (exit 2) unless both reports were made from the same INPUT, by its sha256 "
         "(scenario, workload, timing-profile) or calibration; repeat for several",
     )
+    parser.add_argument(
+        "--flagged-only",
+        action="store_true",
+        help="show only the rows of the flagged figures (the table; --json lists them all)",
+    )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
 
 
@@ -213,7 +225,7 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
     if arguments.json:
         print(json.dumps(as_json(a, b, items, arguments.threshold), indent=2))
     else:
-        print(render(a, b, items, arguments.threshold))
+        print(render(a, b, items, arguments.threshold, flagged_only=arguments.flagged_only))
     return EXIT_DIFFERENT if any(item.flagged for item in items) else EXIT_OK
 
 
