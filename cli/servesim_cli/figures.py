@@ -15,9 +15,10 @@ Where the figures come from:
 
 Nothing here needs a request's ``token_times_us`` or the ``trace``, which are nearly all of a
 large report's bytes (the Mooncake trace replayed on 16 workers: 4.1 million token times in
-a 48 MB report; with ``--trace``, 4.1 million steps in 927 MB). A report is canonical JSON (R23), so ``_reduced_report`` drops both
-while reading the file in blocks and only the rest is parsed; a report in any other layout
-(pretty-printed, members reordered) is parsed whole, with the same result.
+a 48 MB report; with ``--trace``, 4.1 million steps in 927 MB). A report is canonical JSON
+(R23), so ``_Reducer`` drops both while the file is read in blocks (or while ``replay`` writes
+it) and only the rest is parsed; a report in any other layout (pretty-printed, members
+reordered) is parsed whole, with the same result.
 """
 
 from __future__ import annotations
