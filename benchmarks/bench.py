@@ -200,7 +200,7 @@ def child(arguments: argparse.Namespace) -> None:
     if arguments.implementation == "reference":
         from servesim_cli.main import main as servesim_main  # as `servesim replay` runs
 
-        servesim_main(argv)
+        servesim_main([*argv, "--quiet"])  # the replay alone, not its summary table
     else:
         namespace: dict[str, Any] = {"__name__": "plain_loop"}
         exec(compile(PLAIN_LOOP.read_text(), str(PLAIN_LOOP), "exec"), namespace)
