@@ -123,8 +123,7 @@ def _latency_table(figures: ReportFigures) -> list[str]:
         cells = [f"{statistics.count:,}", *(shown(value, "ms") for value in _row(statistics))]
         rows.append(f"{name.upper():<14}" + "".join(f"{cell:>12}" for cell in cells))
     rows.append(
-        "TPOT is each completed request's (completion - first token) / (output tokens - 1), "
-        "over requests with 2 or more tokens."
+        "TPOT: per completed request with 2+ tokens, (completion - first token) / (tokens - 1)"
     )
     return rows
 
