@@ -13,7 +13,7 @@ from servesim.replay import replay
 from servesim_cli.compare import differences
 from servesim_cli.figures import read_figures
 from servesim_cli.main import main
-from tests.helpers import scenario_doc, timing_doc, workload_doc, write_inputs
+from tests.helpers import EXAMPLES, scenario_doc, timing_doc, workload_doc, write_inputs
 
 REQUESTS = (("a", 0, 10, 4), ("b", 0, 20, 1), ("c", 2000, 3, 2))
 
@@ -169,3 +169,24 @@ def test_flagged_only_shows_the_flagged_rows(
     assert all(row.endswith("  *") for row in rows)
     assert any(row.startswith("routed max") for row in rows)
     assert not any(row.startswith("makespan") for row in rows)
+
+
+def test_a_different_calibration_is_named_and_can_be_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    basic = EXAMPLES / "basic"
+    reports = []
+    for profile in ("timing-profile.json", "regression-profile.json"):
+        report = tmp_path / f"report-{profile}"
+        report.write_bytes(
+            replay(basic / "scenario.json", basic / "workload.json", basic / profile)
+        )
+        reports.append(str(report))
+    assert main(["compare", "--threshold", "1000", *reports]) == 0
+    inputs = capsys.readouterr().out.splitlines()[2]
+    assert "scenario same, workload same, timing-profile DIFFERS (" in inputs
+    assert inputs.endswith(
+        "calibration DIFFERS (none -> vllm 0.6.3, example/tiny-chat-1b @ r1, example-gpu-24gb)"
+    )
+    assert main(["compare", "--require-same", "calibration", *reports]) == 2
+    assert "different calibration (none vs vllm 0.6.3" in capsys.readouterr().err

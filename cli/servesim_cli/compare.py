@@ -101,7 +101,7 @@ def render(
     same = input_differences(a, b)
     described = [
         f"{name} {'same' if equal else 'DIFFERS'}"
-        + ("" if equal or name == "calibration" else f" ({_digest(a, name)} -> {_digest(b, name)})")
+        + ("" if equal else f" ({_digest(a, name)} -> {_digest(b, name)})")
         for name, equal in same.items()
     ]
     lines = [
@@ -132,6 +132,9 @@ def render(
 
 
 def _digest(figures: ReportFigures, name: str) -> str:
+    """An input's identity in a few characters: its digest's start, or the calibration."""
+    if name == "calibration":
+        return figures.inputs.calibration_label()
     identity = _INPUTS[name](figures)
     return "none" if identity is None else identity[:12]
 

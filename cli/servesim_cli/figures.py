@@ -98,6 +98,16 @@ class Inputs:
     #: (a synthetic profile, or a 1.0 report, which cannot say).
     calibration: str | None
 
+    def calibration_label(self) -> str:
+        """The calibration in a few words: engine and version, model and revision, GPU."""
+        if self.calibration is None:
+            return "none"
+        identity = json.loads(self.calibration)
+        return (
+            f"{identity['engine']} {identity['engine_version']}, {identity['model']} "
+            f"@ {identity['model_revision']}, {identity['gpu']}"
+        )
+
 
 @dataclass(frozen=True)
 class ReportFigures:

@@ -98,13 +98,9 @@ def render(figures: ReportFigures) -> str:
 
 def _input_lines(figures: ReportFigures) -> list[str]:
     inputs = figures.inputs
-    calibration = "none (synthetic profile)"
-    if inputs.calibration is not None:
-        identity = json.loads(inputs.calibration)
-        calibration = (
-            f"{identity['engine']} {identity['engine_version']}, {identity['model']} "
-            f"@ {identity['model_revision']}, {identity['gpu']}"
-        )
+    calibration = inputs.calibration_label()
+    if inputs.calibration is None:
+        calibration += " (synthetic profile)" if figures.schema_version != "1.0" else ""
     return [
         f"inputs       scenario {inputs.scenario_sha256[:12]}, workload "
         f"{inputs.workload_sha256[:12]}, timing profile {inputs.timing_profile_sha256[:12]} "
