@@ -47,3 +47,23 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "module.py"
     module.write_text("def run():\n    from servesim_conformance.cli import add_arguments\n")
     assert "servesim_conformance" in imported_packages(module)
+
+
+def test_replay_loads_neither_the_suite_nor_other_commands() -> None:
+    """``servesim replay`` pays only for itself: the command line imports a subcommand's module
+    when that subcommand runs (the suite, the schema engine and matplotlib cost seconds)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from servesim_cli.main import build_parser, _chosen\n"
+        "build_parser(_chosen(['replay', '--describe']))\n"
+        "heavy = ('servesim_conformance', 'servesim_cli.sweep', 'servesim_cli.plot', "
+        "'servesim_cli.matrix', 'servesim.calibrate', 'matplotlib', 'hypothesis')\n"
+        "print(sorted(name for name in sys.modules if name.startswith(heavy)))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert completed.stdout.strip() == "[]"

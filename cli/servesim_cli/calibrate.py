@@ -120,7 +120,6 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
 
 COMMAND = Command(
     name="calibrate",
-    help="fit regression and grid timing profiles to measured steps",
     description="Fit a regression and a grid timing profile (1.1) to measured steps, JSON "
     "Lines of {decode_requests, context_tokens, prefill_tokens, duration_us} (SPEC.md R44), "
     "and print their errors on the held-out lines. Exit 0: done, asked profiles written. "

@@ -1,7 +1,8 @@
-"""What a ``servesim`` subcommand is: a name, its help, its arguments and what it runs.
+"""What a ``servesim`` subcommand is: a name, its description, its arguments and what it runs.
 
-Each subcommand lives in a module of its own that exposes one ``COMMAND``; ``main`` builds the
-parser from them. Keeping heavy imports inside ``run`` lets every parser be built cheaply.
+Each subcommand lives in a module of its own that exposes a ``Command``; ``main`` lists them by
+name with a one-line help, and imports a command's module only when that command runs, so
+``servesim replay`` never pays for the suite, the schema engine or the plotting code.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ class Command:
     """One subcommand of ``servesim``."""
 
     name: str
-    help: str
     description: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     #: Runs the parsed command; gets its own parser for usage errors; returns the exit code.

@@ -234,7 +234,6 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
 
 COMMAND = Command(
     name="compare",
-    help="compare two reports' figures side by side",
     description="Show every figure of `servesim summary` for reports A and B with B - A and "
     "(B - A) / |A|, computed exactly and shown rounded (ties to even), and flag (*) each one "
     "whose relative difference exceeds --threshold. The input digests are compared first and "

@@ -8,24 +8,14 @@ never as a Python traceback. Each subcommand is a ``Command`` in a module of its
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import FrameType
 
 from servesim import __version__
-from servesim_cli import (
-    calibrate,
-    compare,
-    matrix,
-    plot,
-    replay,
-    suite,
-    summary,
-    sweep,
-    trace_import,
-    validate,
-)
 from servesim_cli.command import (
     EXIT_INTERNAL_ERROR,
     EXIT_INTERRUPTED,
@@ -38,35 +28,109 @@ Replay LLM-serving request traces through a fleet of continuous-batching workers
 deterministic logical clock, and write a canonical JSON report. The rules are in SPEC.md.
 """
 
+
+@dataclass(frozen=True)
+class Entry:
+    """A subcommand as ``servesim --help`` lists it, and where its ``Command`` lives."""
+
+    name: str
+    help: str
+    module: str
+    attribute: str = "COMMAND"
+
+    def load(self) -> Command:
+        """The command itself: its module is imported only now."""
+        command: Command = getattr(importlib.import_module(self.module), self.attribute)
+        return command
+
+
 #: Every subcommand, in the order ``servesim --help`` lists them.
-COMMANDS: tuple[Command, ...] = (
-    replay.COMMAND,
-    summary.COMMAND,
-    compare.COMMAND,
-    validate.COMMAND,
-    trace_import.COMMAND,
-    suite.CONFORM,
-    matrix.COMMAND,
-    suite.SCHEMA,
-    suite.MIGRATE,
-    calibrate.COMMAND,
-    plot.COMMAND,
-    sweep.COMMAND,
+COMMANDS: tuple[Entry, ...] = (
+    Entry(
+        "replay",
+        "replay a workload on a scenario's fleet and write the report",
+        "servesim_cli.replay",
+    ),
+    Entry("summary", "print a report's headline figures", "servesim_cli.summary"),
+    Entry("compare", "compare two reports' figures side by side", "servesim_cli.compare"),
+    Entry(
+        "validate",
+        "check documents against their schemas and the specification",
+        "servesim_cli.validate",
+    ),
+    Entry(
+        "import",
+        "turn a public request trace into a workload document",
+        "servesim_cli.trace_import",
+    ),
+    Entry(
+        "conform",
+        "check an implementation against the conformance suite",
+        "servesim_cli.suite",
+        "CONFORM",
+    ),
+    Entry(
+        "matrix", "render conformance run reports as one HTML matrix page", "servesim_cli.matrix"
+    ),
+    Entry(
+        "schema",
+        "compare schema versions and review schema changes",
+        "servesim_cli.suite",
+        "SCHEMA",
+    ),
+    Entry(
+        "migrate",
+        "upgrade a document to the current schema version",
+        "servesim_cli.suite",
+        "MIGRATE",
+    ),
+    Entry(
+        "calibrate",
+        "fit regression and grid timing profiles to measured steps",
+        "servesim_cli.calibrate",
+    ),
+    Entry(
+        "plot",
+        "draw latency CDFs and over-time figures of reports (needs servesim[plot])",
+        "servesim_cli.plot",
+    ),
+    Entry(
+        "sweep",
+        "replay a grid of scenario settings and speed-ups; find the smallest fleet for a target",
+        "servesim_cli.sweep",
+    ),
 )
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser, and each subcommand's own parser by name."""
+def build_parser(
+    chosen: str | None = None,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser, and the parser of the ``chosen`` subcommand (every one if None).
+
+    Only the chosen subcommand's module is imported and its arguments added; the others are
+    listed by name and help, which is all ``servesim --help`` shows of them.
+    """
     parser = argparse.ArgumentParser(prog="servesim", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"servesim {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parsers: dict[str, argparse.ArgumentParser] = {}
-    for command in COMMANDS:
-        parsers[command.name] = subparsers.add_parser(
-            command.name, help=command.help, description=command.description
+    for entry in COMMANDS:
+        if chosen is not None and entry.name != chosen:
+            subparsers.add_parser(entry.name, help=entry.help)
+            continue
+        command = entry.load()
+        parsers[entry.name] = subparsers.add_parser(
+            entry.name, help=entry.help, description=command.description
         )
-        command.add_arguments(parsers[command.name])
+        command.add_arguments(parsers[entry.name])
     return parser, parsers
+
+
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option."""
+    names = {entry.name for entry in COMMANDS}
+    first = next((word for word in argv if not word.startswith("-")), None)
+    return first if first in names else None
 
 
 class Terminated(BaseException):
@@ -81,12 +145,13 @@ def _raise_terminated(_signal: int, _frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    parser, parsers = build_parser()
-    arguments = parser.parse_args(argv)
-    command = next(command for command in COMMANDS if command.name == arguments.command)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser, parsers = build_parser(_chosen(words))
+    arguments = parser.parse_args(words)
+    entry = next(entry for entry in COMMANDS if entry.name == arguments.command)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return command.run(arguments, parsers[command.name])
+        return entry.load().run(arguments, parsers[entry.name])
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

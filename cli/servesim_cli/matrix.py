@@ -83,7 +83,6 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
 
 COMMAND = Command(
     name="matrix",
-    help="render conformance run reports as one HTML matrix page",
     description="Render the run reports of several implementations (servesim conform "
     "--report-json) as one self-contained HTML page: implementations as columns, cases as "
     "rows sorted by id, outcome colours, and each failing cell linked to its message and "

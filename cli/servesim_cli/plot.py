@@ -231,7 +231,6 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 COMMAND = Command(
     name="plot",
-    help="draw latency CDFs and over-time figures of reports (needs servesim[plot])",
     description="Draw latency-cdf.{png,svg} (TTFT, inter-token latency and E2E CDFs of the "
     "completed requests, one curve per report) and timeline.{png,svg} (output tokens per "
     "second, mean requests waiting and running, and each worker's busy fraction, over "

@@ -153,7 +153,6 @@ def _to_standard_output(path: str) -> bool:
 
 COMMAND = Command(
     name="replay",
-    help="replay a workload on a scenario's fleet and write the report",
     description="Replay a workload and write the canonical report (SPEC.md R32). "
     "On success it prints the report's summary table (as `servesim summary` does) unless "
     "--quiet or the report goes to standard output. Exit 0: report written. Exit 2: input "

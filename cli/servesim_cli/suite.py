@@ -50,7 +50,6 @@ def _migrate(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) ->
 
 CONFORM = Command(
     name="conform",
-    help="check an implementation against the conformance suite",
     description="Run the smoke, golden and invalid tiers of the conformance suite against "
     "an implementation (by default this reference). Exit 0 when nothing failed, 1 otherwise, "
     "2 when the implementation or the corpus could not be used.",
@@ -60,7 +59,6 @@ CONFORM = Command(
 
 SCHEMA = Command(
     name="schema",
-    help="compare schema versions and review schema changes",
     description="servesim schema diff OLD NEW: every change and a compatibility verdict per "
     "direction. servesim schema review: a Markdown review of all schema changes since a git "
     "revision or the last release, gated by the versioning policy.",
@@ -70,7 +68,6 @@ SCHEMA = Command(
 
 MIGRATE = Command(
     name="migrate",
-    help="upgrade a document to the current schema version",
     description="Upgrade a document from any supported older schema version to the current "
     "one, step by step, and check the result (R1 to R4). Exit 0: written. Exit 2: invalid "
     "input or no migration.",

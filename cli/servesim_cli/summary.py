@@ -187,7 +187,6 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
 
 COMMAND = Command(
     name="summary",
-    help="print a report's headline figures",
     description="Print a report's headline figures: requests and rejections by reason, "
     "throughput, queue time, TTFT, ITL, per-request TPOT and E2E statistics (count, mean, min, "
     "nearest-rank p50/p90/p95/p99, max), and how evenly the workers were used. TPOT is each "

@@ -243,7 +243,6 @@ def _write(
 
 COMMAND = Command(
     name="sweep",
-    help="replay a grid of scenario settings and speed-ups; find the smallest fleet for a target",
     description="Replay every point of a sweep file's grid (workers, max_num_seqs, "
     "max_batched_tokens, prefill chunk size, routing, and workload speed-ups, which divide "
     "every arrival_us by the factor, floored) and print one table, sorted by point; --csv "

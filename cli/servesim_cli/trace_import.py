@@ -91,7 +91,6 @@ def _status_stream(output: str) -> TextIO:
 
 COMMAND = Command(
     name="import",
-    help="turn a public request trace into a workload document",
     description="Import a Mooncake (JSON Lines) or Azure LLM inference (CSV) trace as a "
     "workload. Arrivals are integer microseconds after the first record; request ids are "
     "<format>-L<line>. Exit 2 on a malformed record, naming the file, line and field; "

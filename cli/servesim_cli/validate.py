@@ -28,7 +28,6 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
 
 COMMAND = Command(
     name="validate",
-    help="check documents against their schemas and the specification",
     description="Check each document (its kind is read from its 'document' field) against "
     "R1 to R4. Exit 0 if all are valid, 2 otherwise.",
     add_arguments=_add_arguments,
