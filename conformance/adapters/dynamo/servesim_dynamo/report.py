@@ -141,6 +141,13 @@ def build_report(
     missing = [request["id"] for request in requests if request["id"] not in timelines]
     if missing:
         raise DynamoResult(f"Dynamo recorded no outcome for request(s) {missing[:5]}")
+    for request in requests:
+        if request["prompt_tokens"] == 0 and timelines[request["id"]].status == "completed":
+            raise DynamoResult(
+                f"request {request['id']!r}: Dynamo served an empty prompt (servesim rejects it at "
+                "arrival, R10); the pass that admits it emits no token, so the worker's passes "
+                "cannot be read off its token times"
+            )
     entries = [_request_entry(request, timelines[request["id"]]) for request in requests]
     first_arrival = min(request["arrival_us"] for request in requests)
     makespan = max(entry["terminal_us"] for entry in entries) - first_arrival
