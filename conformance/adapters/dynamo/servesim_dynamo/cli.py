@@ -27,7 +27,7 @@ from servesim_dynamo.mapping import (
     replay_spec,
 )
 from servesim_dynamo.report import build_report
-from servesim_dynamo.timeline import DynamoResult, read_worker
+from servesim_dynamo.timeline import DynamoResult, Timeline, read_worker
 
 EXIT_OK = 0
 EXIT_DYNAMO = 1
@@ -82,7 +82,7 @@ def replay(scenario_path: str, workload_path: str, profile_path: str) -> bytes:
     check_scenario(scenario.value)
     timing = fixed_timing(profile.value, scenario.value["scheduler"])
     requests = workload.value["requests"]
-    by_worker = []
+    by_worker: list[list[Timeline]] = []
     for index, positions in enumerate(placement(requests, scenario.value["fleet"]["workers"])):
         if not positions:
             by_worker.append([])
@@ -96,7 +96,8 @@ def replay(scenario_path: str, workload_path: str, profile_path: str) -> bytes:
         by_worker,
         timing,
     )
-    return canonical_bytes(value) + b"\n"
+    data: bytes = canonical_bytes(value)
+    return data + b"\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

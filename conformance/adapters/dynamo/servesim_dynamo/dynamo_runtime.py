@@ -9,6 +9,7 @@ pinned for that reason. It replays one worker; the adapter runs it once per work
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import importlib.util
 import json
@@ -23,15 +24,16 @@ from servesim_dynamo.timeline import DynamoResult
 def runtime() -> ModuleType:
     """AISimulate's ``_runtime`` module, loaded from ai-dynamo's native library."""
     try:
-        import dynamo._core as core  # type: ignore[import-not-found]
+        core = importlib.import_module("dynamo._core")
     except ImportError as error:
         raise DynamoResult(
             f"ai-dynamo is not installed ({error}); run the adapter with `tox -e dynamo` or "
             "pip install --no-deps ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1 typing-extensions"
         ) from None
     name = "aisimulate_core._runtime"
-    loader = importlib.machinery.ExtensionFileLoader(name, core.__file__)
-    spec = importlib.util.spec_from_file_location(name, core.__file__, loader=loader)
+    library = str(core.__file__)
+    loader = importlib.machinery.ExtensionFileLoader(name, library)
+    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)

@@ -47,14 +47,14 @@ def _passes(timelines: list[Timeline], timing: FixedTiming) -> list[tuple[int, i
 
 def _peak_running(timelines: list[Timeline], passes: list[tuple[int, int]]) -> int:
     """R29: the most requests admitted by a pass's start and not completed before its end."""
-    served = [t for t in timelines if t.token_times_us and t.first_admit_us is not None]
+    served = [
+        (t.first_admit_us, t.token_times_us[-1])
+        for t in timelines
+        if t.token_times_us and t.first_admit_us is not None
+    ]
     peak = 0
     for start, end in passes:
-        running = sum(
-            1
-            for t in served
-            if t.first_admit_us <= start and t.token_times_us[-1] >= end  # type: ignore[operator]
-        )
+        running = sum(1 for admitted, last in served if admitted <= start and last >= end)
         peak = max(peak, running)
     return peak
 
@@ -66,12 +66,11 @@ def _peak_waiting(timelines: list[Timeline]) -> int:
     was waiting when it joined (steps are formed after arrivals, R7).
     """
     queued = sorted(
-        (t for t in timelines if t.first_admit_us is not None), key=lambda t: t.arrival_us
+        (t.arrival_us, t.first_admit_us) for t in timelines if t.first_admit_us is not None
     )
     peak = 0
-    for index, joining in enumerate(queued):
-        now = joining.arrival_us
-        waiting = sum(1 for t in queued[: index + 1] if t.first_admit_us >= now)  # type: ignore[operator]
+    for index, (now, _) in enumerate(queued):
+        waiting = sum(1 for _, admitted in queued[: index + 1] if admitted >= now)
         peak = max(peak, waiting)
     return peak
 
