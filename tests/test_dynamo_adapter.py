@@ -164,8 +164,11 @@ def test_times_come_back_as_whole_microseconds_or_not_at_all() -> None:
     assert to_ms(1234567) == 1234.567
     assert microseconds(1234.567, "t") == 1234567
     assert microseconds(0.1 + 0.2, "t") == 300
+    assert microseconds(8589934.893000001, "t") == 8589934893
     with pytest.raises(DynamoResult, match="not a whole microsecond"):
         microseconds(0.0005, "t")
+    with pytest.raises(DynamoResult, match="no longer resolve a microsecond"):
+        microseconds(4503599627370.796, "t")  # 2^52 us + 300: recorded from Dynamo
 
 
 def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:

@@ -4,13 +4,15 @@ Every figure comes from the output of AISimulate's ``run_replay_with_artifacts_j
 runtime inside ai-dynamo's ``_core``): the per-request records of ``report.per_request``
 (arrival, first admission, terminal time and status, output length, readmissions) and the
 ``artifacts.outputs`` list, which holds every output token with its time. Dynamo keeps times as
-integer nanoseconds and reports float milliseconds; a time that is not a whole microsecond is
-an error, never rounded away.
+float milliseconds; each is read as the nearest whole microsecond when it lies within a few
+ulps of one, and is an error otherwise (``microseconds``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 
@@ -32,12 +34,34 @@ class Timeline:
     token_times_us: tuple[int, ...]
 
 
+#: How many units in the last place a time Dynamo reports may lie from a whole microsecond.
+#: Dynamo keeps its clock in float milliseconds (its events carry ``at_ms: f64``) and adds pass
+#: durations to it, so a time that is a whole microsecond in exact arithmetic comes back a few
+#: ulps off (8589934.893000001 ms for 8589934893 us).
+ULPS = 4
+
+#: The least tolerance, in microseconds (1 ns), for times small enough to have tiny ulps.
+LEAST_TOLERANCE_US = Fraction(1, 1000)
+
+
 def microseconds(milliseconds: float, what: str) -> int:
-    """Dynamo's float milliseconds as whole microseconds, or an error naming the value."""
-    nanoseconds = round(milliseconds * 1_000_000)
-    if nanoseconds % 1000 or abs(milliseconds * 1_000_000 - nanoseconds) > 0.5:
+    """Dynamo's float milliseconds as the nearest whole microsecond.
+
+    Accepted when it lies within ``ULPS`` ulps (at least 1 ns) of a whole microsecond, and that
+    tolerance is below half a microsecond, so that the microsecond is not in doubt; an error
+    otherwise, never rounded away.
+    """
+    exact = Fraction(milliseconds) * 1000
+    tolerance = max(LEAST_TOLERANCE_US, Fraction(math.ulp(milliseconds)) * 1000 * ULPS)
+    if tolerance >= Fraction(1, 2):
+        raise DynamoResult(
+            f"{what}: at {milliseconds!r} ms Dynamo's float milliseconds no longer resolve a "
+            "microsecond"
+        )
+    whole = round(exact)
+    if abs(exact - whole) > tolerance:
         raise DynamoResult(f"{what}: {milliseconds!r} ms is not a whole microsecond")
-    return nanoseconds // 1000
+    return whole
 
 
 def read_worker(output: dict[str, Any], worker: int) -> list[Timeline]:
