@@ -13,6 +13,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import json
+import os
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -23,6 +24,9 @@ from servesim_dynamo.timeline import DynamoResult
 @cache
 def runtime() -> ModuleType:
     """AISimulate's ``_runtime`` module, loaded from ai-dynamo's native library."""
+    # Dynamo logs each request it rejects as a warning on standard error, where the harness
+    # keeps the adapter's own message; DYN_LOG=warn (or debug) in the environment shows them.
+    os.environ.setdefault("DYN_LOG", "error")
     try:
         core = importlib.import_module("dynamo._core")
     except ImportError as error:
