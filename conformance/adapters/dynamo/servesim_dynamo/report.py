@@ -11,6 +11,7 @@ overlapping) is an error, not a guess.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import Counter
 from typing import Any
@@ -46,15 +47,17 @@ def _passes(timelines: list[Timeline], timing: FixedTiming) -> list[tuple[int, i
 
 
 def _peak_running(timelines: list[Timeline], passes: list[tuple[int, int]]) -> int:
-    """R29: the most requests admitted by a pass's start and not completed before its end."""
-    served = [
-        (t.first_admit_us, t.token_times_us[-1])
-        for t in timelines
-        if t.token_times_us and t.first_admit_us is not None
-    ]
+    """R29: the most requests admitted by a pass's start and not completed before its end.
+
+    A request that completed before a pass's end did so at an earlier pass's end, so it was
+    admitted before this pass started: the running count is a difference of two counts.
+    """
+    served = [t for t in timelines if t.token_times_us and t.first_admit_us is not None]
+    admitted = sorted(t.first_admit_us for t in served if t.first_admit_us is not None)
+    completed = sorted(t.token_times_us[-1] for t in served)
     peak = 0
     for start, end in passes:
-        running = sum(1 for admitted, last in served if admitted <= start and last >= end)
+        running = bisect.bisect_right(admitted, start) - bisect.bisect_left(completed, end)
         peak = max(peak, running)
     return peak
 
@@ -63,15 +66,15 @@ def _peak_waiting(timelines: list[Timeline]) -> int:
     """R29: after each arrival, the requests that arrived up to it and are admitted later.
 
     Arrivals at one instant count cumulatively; a request admitted at the instant it arrives
-    was waiting when it joined (steps are formed after arrivals, R7).
+    was waiting when it joined (steps are formed after arrivals, R7). A request admitted
+    before an arrival's instant arrived before it, so the waiting count after the k-th arrival
+    is k minus those admitted earlier.
     """
-    queued = sorted(
-        (t.arrival_us, t.first_admit_us) for t in timelines if t.first_admit_us is not None
-    )
+    arrivals = sorted(t.arrival_us for t in timelines if t.first_admit_us is not None)
+    admitted = sorted(t.first_admit_us for t in timelines if t.first_admit_us is not None)
     peak = 0
-    for index, (now, _) in enumerate(queued):
-        waiting = sum(1 for _, admitted in queued[: index + 1] if admitted >= now)
-        peak = max(peak, waiting)
+    for index, now in enumerate(arrivals):
+        peak = max(peak, index + 1 - bisect.bisect_left(admitted, now))
     return peak
 
 
