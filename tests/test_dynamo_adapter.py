@@ -286,3 +286,24 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     assert validate_harness_document("describe", description) == []
     assert description["features"] == ["timing.grid"]
     assert description["protocol_version"] == 2
+
+
+def test_unwritable_output_exits_4_as_the_reference_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = iter(recorded("dynamo-fixed-smoke").values())
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    folder = GOLDEN / "dynamo-fixed-smoke"
+    code = cli.main(
+        [
+            "--scenario",
+            str(folder / "scenario.json"),
+            "--workload",
+            str(folder / "workload.json"),
+            "--timing-profile",
+            str(folder / "timing-profile.json"),
+            "--output",
+            str(tmp_path / "missing-folder" / "report.json"),
+        ]
+    )
+    assert code == cli.EXIT_UNWRITABLE

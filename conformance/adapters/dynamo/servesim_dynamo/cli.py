@@ -3,7 +3,8 @@
 Exit 0: the report is written. Exit 2: the input is invalid (R5, read with the reference's
 document reader) or uses a feature Dynamo cannot run the way SPEC.md says (the message names
 the feature). Exit 1: Dynamo's replay failed or recorded something a servesim report cannot
-hold (the message says what). Nothing is written unless the exit code is 0.
+hold (the message says what). Exit 4: the report cannot be written (as the reference's tool).
+Nothing is written unless the exit code is 0.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from servesim_dynamo.timeline import DynamoResult, Timeline, read_worker
 EXIT_OK = 0
 EXIT_DYNAMO = 1
 EXIT_INVALID = 2
+#: As the reference's servesim tool (R32): valid inputs, but the report cannot be written.
+EXIT_UNWRITABLE = 4
 
 
 def description() -> dict[str, Any]:
@@ -128,5 +131,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_atomically(Path(arguments.output), data)
     except OSError as error:
         print(f"{NAME}: cannot write {arguments.output}: {error.strerror}", file=sys.stderr)
-        return EXIT_INVALID
+        return EXIT_UNWRITABLE
     return EXIT_OK
