@@ -29,6 +29,8 @@ ADAPTER = HERE / "adapter.py"
 GOLDEN = ROOT / "golden"
 SKIP_PREFIX = "needs undeclared features: "
 INPUTS = ("scenario.json", "workload.json", "timing-profile.json")
+#: The cases an agreement run compares: those whose timing Dynamo expresses exactly.
+AGREEMENT_CASES = "valid/dynamo-fixed-*"
 
 
 def conform(patterns: list[str], timeout_s: float) -> dict[str, Any]:
@@ -76,6 +78,37 @@ def run_conform(timeout_s: float) -> dict[str, Any]:
     return {**second, "cases": cases, "summary": summary}
 
 
+def agreement(timeout_s: float) -> str:
+    """The harness's agreement table (``--agreement``) on the cases Dynamo can run exactly."""
+    with tempfile.TemporaryDirectory() as folder:
+        page = Path(folder) / "agreement.md"
+        command = [
+            sys.executable,
+            "-m",
+            "servesim_cli",
+            "conform",
+            "--agreement",
+            "--impl",
+            f"{sys.executable} {ADAPTER}",
+            "--golden",
+            str(GOLDEN),
+            "--case",
+            AGREEMENT_CASES,
+            "--generated",
+            "0",
+            "--timeout",
+            str(timeout_s),
+            "--markdown",
+            str(page),
+        ]
+        subprocess.run(command, cwd=ROOT, check=False, capture_output=True)
+        if not page.is_file():
+            return "(the agreement run wrote no summary; run it by hand to see why)"
+        text = page.read_text()
+    start = text.find("Cases:")
+    return text[start:].strip() if start >= 0 else text.strip()
+
+
 def adapter_message(case_id: str) -> str:
     """The adapter's last line of standard error on the case (rerun outside the harness)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -118,7 +151,7 @@ def detail(case: dict[str, Any], message: str) -> str:
 
 
 def build_page(
-    run: dict[str, Any], data: dict[str, Any], messages: dict[str, str]
+    run: dict[str, Any], data: dict[str, Any], messages: dict[str, str], agreed: str = ""
 ) -> tuple[str, list[str]]:
     """The page and the problems that make it stale."""
     differences = data["differences"]
@@ -187,6 +220,18 @@ def build_page(
         ]
     for note in data["notes"]:
         lines += [f"### {note['id']}", "", f"**{note['title']}.** {note['explanation']}", ""]
+    if agreed:
+        lines += [
+            "## Agreement",
+            "",
+            f"`servesim conform --agreement --case '{AGREEMENT_CASES}' --generated 0` (how far "
+            "Dynamo's times are from the reference's where it runs; the generated cases use "
+            "timing, routing or chunking the adapter refuses, so none is compared). The "
+            "Mooncake trace agrees to the byte: MOONCAKE.md.",
+            "",
+            agreed,
+            "",
+        ]
     lines += [
         "## Every case",
         "",
@@ -212,7 +257,7 @@ def main() -> int:
         for case in run["cases"]
         if case["outcome"] in ("fail", "error") and (GOLDEN / case["id"]).is_dir()
     }
-    page, problems = build_page(run, data, messages)
+    page, problems = build_page(run, data, messages, agreement(arguments.timeout))
     arguments.output.write_text(page)
     print(f"wrote {arguments.output}: {run['summary']}")
     for problem in problems:
