@@ -1,0 +1,194 @@
+"""servesim documents -> Dynamo replay specifications, or the feature Dynamo cannot express.
+
+Dynamo runs the vLLM-style scheduler of its mocker engine with the ``fixed`` timing model: a pass
+lasts ``prefill_ms`` if it prefills any token, plus ``decode_ms`` if it decodes any request. Only
+a servesim ``grid`` profile whose every covered shape has exactly that duration maps onto it
+(dynamo-replay reading note); any other timing, and any scheduler feature Dynamo does not have,
+is refused with the feature's name (exit 2), never approximated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Tokens per KV block in Dynamo's vLLM-style engine (its default).
+BLOCK_SIZE = 64
+
+#: The most KV blocks the adapter asks Dynamo for per worker; a fleet that could need more may
+#: be preempted by Dynamo, which the timeline check turns into an error.
+MAX_GPU_BLOCKS = 1 << 22
+
+
+class Unsupported(Exception):
+    """A valid document uses something Dynamo cannot do the way SPEC.md says (exit 2)."""
+
+    def __init__(self, feature: str, detail: str) -> None:
+        super().__init__(f"{feature}: {detail}")
+        self.feature = feature
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class FixedTiming:
+    """Dynamo's ``fixed`` timing model in whole microseconds."""
+
+    prefill_us: int
+    decode_us: int
+
+    def as_dynamo(self) -> dict[str, Any]:
+        """The ``timing_model`` object of Dynamo's engine arguments (milliseconds)."""
+        return {
+            "type": "fixed",
+            "prefill_ms": self.prefill_us / 1000,
+            "decode_ms": self.decode_us / 1000,
+        }
+
+
+def fixed_timing(profile: dict[str, Any], scheduler: dict[str, Any]) -> FixedTiming:
+    """The fixed model that times every shape the scenario can form as ``profile`` does.
+
+    A grid qualifies when its decode and prefill axes start at 0 and 1, every duration with
+    decode index i and prefill index j (both at least 1) equals the one at (1, 1), every one at
+    (i >= 1, 0) equals b, every one at (0, j >= 1) equals a, a + b equals the (1, 1) value, and
+    nothing depends on context. Integer shapes never fall strictly between 0 and 1, so R41's
+    interpolation stays among equal values. Its coverage must hold every shape the scenario
+    can form, since Dynamo has no notion of coverage (R43).
+    """
+    model = profile["model"]
+    kind = model["kind"]
+    if kind != "grid":
+        raise Unsupported(
+            f"timing.{kind}",
+            "Dynamo's fixed timing model times a pass by whether it prefills and whether it "
+            f"decodes; a {kind} profile cannot be expressed exactly (only a grid of that form)",
+        )
+    axes = model["axes"]
+    if axes["decode_requests"][:2] != [0, 1] or axes["prefill_tokens"][:2] != [0, 1]:
+        raise Unsupported(
+            "timing.grid",
+            "the grid's decode_requests and prefill_tokens axes must start 0, 1 to express "
+            "Dynamo's fixed timing exactly",
+        )
+    grid = model["duration_us"]
+    prefill_only = grid[0][0][1]
+    decode_only = grid[1][0][0]
+    for d, plane in enumerate(grid):
+        for row in plane:
+            for p, duration in enumerate(row):
+                if d == 0 and p == 0:
+                    continue  # no step has neither decode nor prefill
+                wanted = (prefill_only if p else 0) + (decode_only if d else 0)
+                if duration != wanted:
+                    raise Unsupported(
+                        "timing.grid",
+                        f"duration_us[{d}][...][{p}] is {duration}, not {wanted}: the grid is "
+                        "not Dynamo's fixed model (prefill part + decode part, nothing else)",
+                    )
+    _check_coverage(model["coverage"], scheduler)
+    return FixedTiming(prefill_us=prefill_only, decode_us=decode_only)
+
+
+def _check_coverage(coverage: dict[str, Any], scheduler: dict[str, Any]) -> None:
+    needed = {
+        "decode_requests": scheduler["max_num_seqs"],
+        "prefill_tokens": scheduler["max_batched_tokens"],
+        "context_tokens": scheduler["max_num_seqs"] * scheduler["max_model_len"],
+    }
+    for name, maximum in needed.items():
+        covered = coverage[name]
+        if covered["min"] != 0 or covered["max"] < maximum:
+            raise Unsupported(
+                "timing.coverage",
+                f"the {name} coverage {covered['min']}..{covered['max']} does not hold every "
+                f"shape the scheduler can form (0..{maximum}); Dynamo has no coverage check, so "
+                "it could never stop outside it (R43)",
+            )
+
+
+def check_scenario(scenario: dict[str, Any]) -> None:
+    """Refuse the scheduler and routing features Dynamo does not have as SPEC.md says."""
+    routing = scenario["routing"]["policy"]
+    if routing != "round_robin":
+        raise Unsupported(
+            "routing.random",
+            "Dynamo has no seeded random router (its kv_router breaks ties at random, unseeded)",
+        )
+    prefill = scenario["scheduler"]["prefill"]
+    if prefill["mode"] == "chunked":
+        raise Unsupported(
+            "prefill.chunked",
+            "Dynamo's vLLM-style chunked prefill has no per-request chunk cap "
+            "(max_chunk_tokens): a chunk takes all the remaining step budget",
+        )
+
+
+def engine_args(scenario: dict[str, Any], timing: FixedTiming) -> dict[str, Any]:
+    """Dynamo's engine arguments for one worker of the scenario."""
+    scheduler = scenario["scheduler"]
+    context = scheduler["max_num_seqs"] * scheduler["max_model_len"]
+    blocks = min(MAX_GPU_BLOCKS, -(-context // BLOCK_SIZE) + scheduler["max_num_seqs"])
+    return {
+        "backend": "vllm",
+        "timing_model": timing.as_dynamo(),
+        "max_num_seqs": scheduler["max_num_seqs"],
+        "max_num_batched_tokens": scheduler["max_batched_tokens"],
+        "max_model_len": scheduler["max_model_len"],
+        "enable_chunked_prefill": False,
+        "enable_prefix_caching": False,
+        "block_size": BLOCK_SIZE,
+        "num_gpu_blocks": blocks,
+    }
+
+
+def arrival_order(requests: list[dict[str, Any]]) -> list[int]:
+    """Workload positions in arrival order, ties in list order (Dynamo's trace order)."""
+    return sorted(range(len(requests)), key=lambda position: requests[position]["arrival_us"])
+
+
+def placement(requests: list[dict[str, Any]], workers: int) -> list[list[int]]:
+    """Dynamo's round-robin placement: the k-th arrival joins worker k mod N.
+
+    Every request takes a turn, including those Dynamo later rejects at the worker (it
+    rejects after placement), so this is Dynamo's rule, not servesim's R13. Dynamo's
+    per-token runtime replays one worker at a time, which is exact because workers never
+    interact under round robin.
+    """
+    by_worker: list[list[int]] = [[] for _ in range(workers)]
+    for turn, position in enumerate(arrival_order(requests)):
+        by_worker[turn % workers].append(position)
+    return by_worker
+
+
+def to_ms(microseconds: int) -> float:
+    """A time in Dynamo's float milliseconds; refuses one that would not come back exact."""
+    milliseconds = microseconds / 1000
+    if round(milliseconds * 1000) != microseconds:
+        raise Unsupported(
+            "time.float_ms",
+            f"{microseconds} us cannot be written exactly in Dynamo's float milliseconds",
+        )
+    return milliseconds
+
+
+def replay_spec(
+    scenario: dict[str, Any],
+    requests: list[dict[str, Any]],
+    positions: list[int],
+    timing: FixedTiming,
+) -> dict[str, Any]:
+    """The ReplaySpec (AISimulate runtime, version 1) of one worker's requests."""
+    return {
+        "version": 1,
+        "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
+        "engine": {"rank": engine_args(scenario, timing)},
+        "requests": [
+            {
+                "id": requests[p]["id"],
+                "arrival_time_ms": to_ms(requests[p]["arrival_us"]),
+                "input_tokens": requests[p]["prompt_tokens"],
+                "output_tokens": requests[p]["max_output_tokens"],
+            }
+            for p in positions
+        ],
+    }

@@ -1,0 +1,203 @@
+"""The servesim report (R24 to R31) of Dynamo's timelines; nothing is simulated here.
+
+Request fields come straight from Dynamo's records (``timeline``). Statistics and counters are
+derived from those timelines with the reference's own R24/R27 helpers. Worker counters that
+Dynamo does not record are read off its timeline of passes: with chunking off every pass emits
+at least one token, so the pass ends of a worker are its distinct token times; a pass prefills
+when some request's first token is at its end and decodes when some later token is, and lasts
+accordingly under Dynamo's fixed model. A timeline that does not fit that reading (two passes
+overlapping) is an error, not a guess.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import Counter
+from typing import Any
+
+from servesim.admission import REJECT_REASONS
+from servesim.report import digest, ratio, statistics, statistics_of_counts
+from servesim_dynamo.mapping import FixedTiming
+from servesim_dynamo.timeline import DynamoResult, Timeline
+
+#: Dynamo's vLLM-style scheduler rejects a request at a worker only when it exceeds an
+#: admission limit: its prompt is at or above max_model_len, or its prompt needs more KV blocks
+#: than the cache holds, which the adapter's cache size rules out. R10's name for it:
+DYNAMO_REJECT_REASON = "context_exceeds_max_model_len"
+
+
+def _passes(timelines: list[Timeline], timing: FixedTiming) -> list[tuple[int, int]]:
+    """(start, end) of every pass of one worker, read off its token times."""
+    firsts = {t.token_times_us[0] for t in timelines if t.token_times_us}
+    laters = {time for t in timelines for time in t.token_times_us[1:]}
+    passes = []
+    previous_end = None
+    for end in sorted(firsts | laters):
+        duration = timing.prefill_us * (end in firsts) + timing.decode_us * (end in laters)
+        start = end - duration
+        if previous_end is not None and start < previous_end:
+            raise DynamoResult(
+                f"the pass ending at {end} us would start at {start} us, before the previous "
+                f"pass ended ({previous_end} us): Dynamo's timeline does not fit its fixed model"
+            )
+        passes.append((start, end))
+        previous_end = end
+    return passes
+
+
+def _peak_running(timelines: list[Timeline], passes: list[tuple[int, int]]) -> int:
+    """R29: the most requests admitted by a pass's start and not completed before its end.
+
+    A request that completed before a pass's end did so at an earlier pass's end, so it was
+    admitted before this pass started: the running count is a difference of two counts.
+    """
+    served = [t for t in timelines if t.token_times_us and t.first_admit_us is not None]
+    admitted = sorted(t.first_admit_us for t in served if t.first_admit_us is not None)
+    completed = sorted(t.token_times_us[-1] for t in served)
+    peak = 0
+    for start, end in passes:
+        running = bisect.bisect_right(admitted, start) - bisect.bisect_left(completed, end)
+        peak = max(peak, running)
+    return peak
+
+
+def _peak_waiting(timelines: list[Timeline]) -> int:
+    """R29: after each arrival, the requests that arrived up to it and are admitted later.
+
+    Arrivals at one instant count cumulatively; a request admitted at the instant it arrives
+    was waiting when it joined (steps are formed after arrivals, R7). A request admitted
+    before an arrival's instant arrived before it, so the waiting count after the k-th arrival
+    is k minus those admitted earlier.
+    """
+    arrivals = sorted(t.arrival_us for t in timelines if t.first_admit_us is not None)
+    admitted = sorted(t.first_admit_us for t in timelines if t.first_admit_us is not None)
+    peak = 0
+    for index, now in enumerate(arrivals):
+        peak = max(peak, index + 1 - bisect.bisect_left(admitted, now))
+    return peak
+
+
+def _request_entry(request: dict[str, Any], timeline: Timeline) -> dict[str, Any]:
+    tokens = timeline.token_times_us
+    completed = timeline.status == "completed"
+    entry: dict[str, Any] = {
+        "id": request["id"],
+        "worker": timeline.worker,
+        "outcome": "completed" if completed else "rejected",
+        "reject_reason": None if completed else DYNAMO_REJECT_REASON,
+        "prompt_tokens": request["prompt_tokens"],
+        "output_tokens": len(tokens),
+        "arrival_us": request["arrival_us"],
+        "terminal_us": timeline.terminal_us,
+        "first_scheduled_us": timeline.first_admit_us if completed else None,
+        "first_token_us": tokens[0] if tokens else None,
+        "completion_us": tokens[-1] if completed else None,
+        "queue_us": None,
+        "ttft_us": None,
+        "mean_itl_us": None,
+        "e2e_us": None,
+        "token_times_us": list(tokens),
+    }
+    if completed:
+        arrival = request["arrival_us"]
+        entry["queue_us"] = entry["first_scheduled_us"] - arrival
+        entry["ttft_us"] = tokens[0] - arrival
+        entry["e2e_us"] = tokens[-1] - arrival
+        entry["mean_itl_us"] = ratio(tokens[-1] - tokens[0], len(tokens) - 1)
+    return entry
+
+
+def _worker_entry(
+    index: int, timelines: list[Timeline], timing: FixedTiming, makespan_us: int
+) -> dict[str, Any]:
+    passes = _passes(timelines, timing)
+    busy = sum(end - start for start, end in passes)
+    completed = [t for t in timelines if t.status == "completed"]
+    outputs = sum(len(t.token_times_us) for t in completed)
+    prefills = [t for t in completed if t.token_times_us]
+    return {
+        "worker": index,
+        "routed": len(timelines),
+        "completed": len(completed),
+        "steps": len(passes),
+        "busy_us": busy,
+        "utilization": ratio(busy, makespan_us),
+        "peak_running": _peak_running(timelines, passes),
+        "peak_waiting": _peak_waiting(timelines),
+        "prefill_tokens": 0,  # filled in by build_report, which knows the prompts
+        "decode_tokens": outputs - len(prefills),
+        "output_tokens": outputs,
+    }
+
+
+def build_report(
+    inputs: dict[str, bytes],
+    calibration: dict[str, Any] | None,
+    requests: list[dict[str, Any]],
+    by_worker: list[list[Timeline]],
+    timing: FixedTiming,
+) -> dict[str, Any]:
+    """The report value of a replay: ``requests`` are the workload's, in workload order."""
+    timelines = {t.id: t for worker in by_worker for t in worker}
+    missing = [request["id"] for request in requests if request["id"] not in timelines]
+    if missing:
+        raise DynamoResult(f"Dynamo recorded no outcome for request(s) {missing[:5]}")
+    for request in requests:
+        if request["prompt_tokens"] == 0 and timelines[request["id"]].status == "completed":
+            raise DynamoResult(
+                f"request {request['id']!r}: Dynamo served an empty prompt (servesim rejects it at "
+                "arrival, R10); the pass that admits it emits no token, so the worker's passes "
+                "cannot be read off its token times"
+            )
+    entries = [_request_entry(request, timelines[request["id"]]) for request in requests]
+    first_arrival = min(request["arrival_us"] for request in requests)
+    makespan = max(entry["terminal_us"] for entry in entries) - first_arrival
+    completed = [entry for entry in entries if entry["outcome"] == "completed"]
+    by_reason = dict.fromkeys(REJECT_REASONS, 0)
+    for entry in entries:
+        if entry["reject_reason"] is not None:
+            by_reason[entry["reject_reason"]] += 1
+    gaps: Counter[int] = Counter()
+    for entry in completed:
+        times = entry["token_times_us"]
+        gaps.update(later - earlier for earlier, later in itertools.pairwise(times))
+    prompts = {request["id"]: request["prompt_tokens"] for request in requests}
+    workers = []
+    for index, worker_timelines in enumerate(by_worker):
+        worker = _worker_entry(index, worker_timelines, timing, makespan)
+        worker["prefill_tokens"] = sum(
+            prompts[t.id] for t in worker_timelines if t.status == "completed"
+        )
+        workers.append(worker)
+    output_tokens = sum(entry["output_tokens"] for entry in completed)
+    summary = {
+        "requests": len(entries),
+        "completed": len(completed),
+        "rejected": len(entries) - len(completed),
+        "rejected_by_reason": by_reason,
+        "prompt_tokens": sum(entry["prompt_tokens"] for entry in completed),
+        "output_tokens": output_tokens,
+        "steps": sum(worker["steps"] for worker in workers),
+        "first_arrival_us": first_arrival,
+        "makespan_us": makespan,
+        "request_throughput_per_s": ratio(len(completed) * 1_000_000, makespan),
+        "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan),
+        "queue_us": statistics(entry["queue_us"] for entry in completed),
+        "ttft_us": statistics(entry["ttft_us"] for entry in completed),
+        "itl_us": statistics_of_counts(gaps),
+        "e2e_us": statistics(entry["e2e_us"] for entry in completed),
+    }
+    digests: dict[str, dict[str, Any]] = {
+        name: {"sha256": digest(data)} for name, data in inputs.items()
+    }
+    digests["timing_profile"]["calibration"] = calibration
+    return {
+        "document": "report",
+        "schema_version": "2.0",
+        "inputs": digests,
+        "summary": summary,
+        "workers": workers,
+        "requests": entries,
+        "trace": None,
+    }

@@ -1,0 +1,309 @@
+"""The Dynamo adapter's mapping and report, tested without Dynamo installed.
+
+Dynamo's outputs are recorded fixtures (conformance/adapters/dynamo/fixtures/, written by
+record_fixture.py from real ai-dynamo 1.6.1 runs); ``tox -e dynamo`` runs the real thing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servesim_conformance.schemas import validate_harness_document
+
+ROOT = Path(__file__).resolve().parents[1]
+ADAPTER = ROOT / "conformance" / "adapters" / "dynamo"
+GOLDEN = ROOT / "golden" / "valid"
+sys.path.insert(0, str(ADAPTER))
+
+from servesim_dynamo import cli, dynamo_runtime  # noqa: E402
+from servesim_dynamo.mapping import (  # noqa: E402
+    FixedTiming,
+    Unsupported,
+    check_scenario,
+    fixed_timing,
+    placement,
+    replay_spec,
+    to_ms,
+)
+from servesim_dynamo.timeline import DynamoResult, microseconds, read_worker  # noqa: E402
+
+
+def documents(case: str) -> dict[str, Any]:
+    folder = GOLDEN / case
+    return {
+        name: json.loads((folder / f"{name}.json").read_text())
+        for name in ("scenario", "workload", "timing-profile")
+    }
+
+
+def recorded(case: str) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads((ADAPTER / "fixtures" / f"{case}.json").read_text())
+    return value
+
+
+def replay_with_fixture(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, Path]:
+    """Run the adapter's command line on a golden case, with Dynamo's recorded outputs."""
+    outputs = iter(recorded(case).values())
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    folder = GOLDEN / case
+    report = tmp_path / "report.json"
+    code = cli.main(
+        [
+            "--scenario",
+            str(folder / "scenario.json"),
+            "--workload",
+            str(folder / "workload.json"),
+            "--timing-profile",
+            str(folder / "timing-profile.json"),
+            "--output",
+            str(report),
+        ]
+    )
+    return code, report
+
+
+def test_fixed_form_grid_maps_to_dynamo_fixed_timing() -> None:
+    docs = documents("dynamo-fixed-smoke")
+    timing = fixed_timing(docs["timing-profile"], docs["scenario"]["scheduler"])
+    assert timing == FixedTiming(prefill_us=300, decode_us=200)
+    assert timing.as_dynamo() == {"type": "fixed", "prefill_ms": 0.3, "decode_ms": 0.2}
+
+
+@pytest.mark.parametrize(
+    ("case", "feature"),
+    [
+        ("smoke-one-request", "timing.synthetic_linear"),
+        ("regression-prefill-on-knots", "timing.regression"),
+        ("grid-exact-grid-points", "timing.grid"),
+        ("out-of-coverage-prefill-below-min", "timing.grid"),
+    ],
+)
+def test_timing_dynamo_cannot_express_is_refused_by_name(case: str, feature: str) -> None:
+    docs = documents(case)
+    with pytest.raises(Unsupported) as caught:
+        fixed_timing(docs["timing-profile"], docs["scenario"]["scheduler"])
+    assert caught.value.feature == feature
+
+
+def test_grid_with_a_mixed_step_not_the_sum_is_refused() -> None:
+    docs = documents("dynamo-fixed-smoke")
+    profile = copy.deepcopy(docs["timing-profile"])
+    profile["model"]["duration_us"][2][1][2] = 501
+    with pytest.raises(Unsupported, match=r"duration_us\[2\]\[...\]\[2\] is 501, not 500"):
+        fixed_timing(profile, docs["scenario"]["scheduler"])
+
+
+def test_coverage_narrower_than_the_scheduler_is_refused() -> None:
+    docs = documents("dynamo-fixed-smoke")
+    scheduler = dict(docs["scenario"]["scheduler"], max_num_seqs=5)
+    with pytest.raises(Unsupported) as caught:
+        fixed_timing(docs["timing-profile"], scheduler)
+    assert caught.value.feature == "timing.coverage"
+
+
+@pytest.mark.parametrize(
+    ("case", "feature"),
+    [("smoke-chunked", "prefill.chunked"), ("routing-random-seed-0", "routing.random")],
+)
+def test_scheduler_features_dynamo_lacks_are_refused_by_name(case: str, feature: str) -> None:
+    with pytest.raises(Unsupported) as caught:
+        check_scenario(documents(case)["scenario"])
+    assert caught.value.feature == feature
+
+
+def test_placement_is_round_robin_over_every_arrival_ties_in_list_order() -> None:
+    requests = [
+        {"arrival_us": 100},
+        {"arrival_us": 0},
+        {"arrival_us": 100},
+        {"arrival_us": 50},
+        {"arrival_us": 0},
+    ]
+    # arrival order: positions 1, 4, 3, 0, 2
+    assert placement(requests, 2) == [[1, 3, 2], [4, 0]]
+    assert placement(requests, 4) == [[1, 2], [4], [3], [0]]
+
+
+def test_replay_spec_of_the_smoke_case() -> None:
+    docs = documents("dynamo-fixed-smoke")
+    timing = FixedTiming(prefill_us=300, decode_us=200)
+    requests = docs["workload"]["requests"]
+    spec = replay_spec(docs["scenario"], requests, [0, 1], timing)
+    assert spec == {
+        "version": 1,
+        "topology": {"kind": "aggregated", "workers": {"initial_workers": 1}},
+        "engine": {
+            "rank": {
+                "backend": "vllm",
+                "timing_model": {"type": "fixed", "prefill_ms": 0.3, "decode_ms": 0.2},
+                "max_num_seqs": 4,
+                "max_num_batched_tokens": 64,
+                "max_model_len": 1024,
+                "enable_chunked_prefill": False,
+                "enable_prefix_caching": False,
+                "block_size": 64,
+                "num_gpu_blocks": 68,
+            }
+        },
+        "requests": [
+            {"id": "A", "arrival_time_ms": 0.0, "input_tokens": 10, "output_tokens": 3},
+            {"id": "B", "arrival_time_ms": 0.1, "input_tokens": 5, "output_tokens": 2},
+        ],
+    }
+
+
+def test_times_come_back_as_whole_microseconds_or_not_at_all() -> None:
+    assert to_ms(1234567) == 1234.567
+    assert microseconds(1234.567, "t") == 1234567
+    assert microseconds(0.1 + 0.2, "t") == 300
+    assert microseconds(8589934.893000001, "t") == 8589934893
+    with pytest.raises(DynamoResult, match="not a whole microsecond"):
+        microseconds(0.0005, "t")
+    with pytest.raises(DynamoResult, match="no longer resolve a microsecond"):
+        microseconds(4503599627370.796, "t")  # 2^52 us + 300: recorded from Dynamo
+
+
+def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:
+    (timelines,) = [read_worker(output, 0) for output in recorded("dynamo-fixed-smoke").values()]
+    by_id = {timeline.id: timeline for timeline in timelines}
+    assert by_id["A"].token_times_us == (300, 800, 1000)
+    assert by_id["B"].token_times_us == (800, 1000)
+    assert by_id["B"].first_admit_us == 300
+
+
+@pytest.mark.parametrize(
+    "case", ["dynamo-fixed-smoke", "dynamo-fixed-two-workers"], ids=lambda case: case
+)
+def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, report = replay_with_fixture(case, tmp_path, monkeypatch)
+    assert code == cli.EXIT_OK
+    assert report.read_bytes() == (GOLDEN / case / "expected-report.json").read_bytes()
+
+
+def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, report = replay_with_fixture(
+        "dynamo-fixed-context-over-max-model-len", tmp_path, monkeypatch
+    )
+    assert code == cli.EXIT_OK
+    first = json.loads(report.read_bytes())["requests"][0]
+    assert (first["id"], first["outcome"], first["output_tokens"]) == ("A", "completed", 6)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("dynamo-fixed-zero-output", "completed it without producing any token"),
+        ("dynamo-fixed-empty-prompt", "served an empty prompt"),
+    ],
+)
+def test_what_a_report_cannot_hold_exits_1_without_a_report(
+    case: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, report = replay_with_fixture(case, tmp_path, monkeypatch)
+    assert code == cli.EXIT_DYNAMO
+    assert message in capsys.readouterr().err
+    assert not report.exists()
+
+
+def test_recorded_empty_prompt_delays_its_neighbour_first_token() -> None:
+    """The finding the results page cites: B alone gets its first token at 300 us."""
+    (timelines,) = [
+        read_worker(output, 0) for output in recorded("dynamo-fixed-empty-prompt").values()
+    ]
+    by_id = {timeline.id: timeline for timeline in timelines}
+    assert by_id["B"].token_times_us == (500, 700)
+
+
+def test_preempted_request_is_an_error() -> None:
+    output = copy.deepcopy(recorded("dynamo-fixed-smoke")["worker 0"])
+    output["report"]["per_request"][0]["readmission_count"] = 1
+    with pytest.raises(DynamoResult, match="preempted"):
+        read_worker(output, 0)
+
+
+def test_unsupported_feature_exits_2_naming_it_without_running_dynamo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: pytest.fail("Dynamo was run"))
+    folder = GOLDEN / "smoke-one-request"
+    report = tmp_path / "report.json"
+    code = cli.main(
+        [
+            "--scenario",
+            str(folder / "scenario.json"),
+            "--workload",
+            str(folder / "workload.json"),
+            "--timing-profile",
+            str(folder / "timing-profile.json"),
+            "--output",
+            str(report),
+        ]
+    )
+    assert code == cli.EXIT_INVALID
+    assert "unsupported feature timing.synthetic_linear" in capsys.readouterr().err
+    assert not report.exists()
+
+
+def test_invalid_input_exits_2_with_the_reference_reader_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = ROOT / "golden" / "invalid" / "duplicate-key"
+    code = cli.main(
+        [
+            "--scenario",
+            str(folder / "scenario.json"),
+            "--workload",
+            str(folder / "workload.json"),
+            "--timing-profile",
+            str(folder / "timing-profile.json"),
+            "--output",
+            str(tmp_path / "report.json"),
+        ]
+    )
+    assert code == cli.EXIT_INVALID
+    assert "invalid input" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
+    description = cli.description()
+    assert validate_harness_document("describe", description) == []
+    assert description["features"] == ["timing.grid"]
+    assert description["protocol_version"] == 2
+
+
+def test_unwritable_output_exits_4_as_the_reference_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = iter(recorded("dynamo-fixed-smoke").values())
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    folder = GOLDEN / "dynamo-fixed-smoke"
+    code = cli.main(
+        [
+            "--scenario",
+            str(folder / "scenario.json"),
+            "--workload",
+            str(folder / "workload.json"),
+            "--timing-profile",
+            str(folder / "timing-profile.json"),
+            "--output",
+            str(tmp_path / "missing-folder" / "report.json"),
+        ]
+    )
+    assert code == cli.EXIT_UNWRITABLE
