@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servesim.documents import check_header, parse_json, pointer
+from servesim.documents import check_header, parse_json, pointer, read_input_bytes
 from servesim.errors import InputProblem, InvalidInput
 
 #: The number of bins a series gets when no width is asked for.
@@ -105,12 +105,7 @@ def read_report(path: str | Path) -> ReportView:
     report; ``servesim validate`` does it).
     """
     file = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise InvalidInput(
-            [InputProblem(file, "", f"cannot read the file: {error.strerror}")]
-        ) from None
+    data = read_input_bytes(path)
     value = parse_json(data, file)
     check_header(value, file, "report")
     summary = _require(_member(value, "summary", [], file), ["summary"], dict, file)

@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 
-from servesim.documents import as_json, parse_json, pointer
+from servesim.documents import as_json, parse_json, pointer, read_input_bytes
 from servesim.errors import InputProblem, InvalidInput
 
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "sweep.schema.json"
@@ -232,12 +232,7 @@ def _speedup_text_problem(text: str) -> str:
 def read_sweep(path: str | Path) -> SweepPlan:
     """Read and check a sweep file, or raise ``InvalidInput`` listing every problem."""
     file = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise InvalidInput(
-            [InputProblem(file, "", f"cannot read the file: {error.strerror}")]
-        ) from None
+    data = read_input_bytes(path)
     value = parse_json(data, file)
     problems = _schema_problems(value, file)
     if not problems:

@@ -539,16 +539,19 @@ def check_document(
     return Document(file=file, kind=kind, version=version, data=data, value=value)
 
 
-def read_document(path: str | Path, expected_kind: str | None = None) -> Document:
-    """Read one input file and check it with ``load_document``."""
-    file = str(path)
+def read_input_bytes(path: str | Path) -> bytes:
+    """A file's bytes, or ``InvalidInput`` naming it when it cannot be read (R5)."""
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as error:
         raise InvalidInput(
-            [InputProblem(file, "", f"cannot read the file: {error.strerror}")]
+            [InputProblem(str(path), "", f"cannot read the file: {error.strerror}")]
         ) from None
-    return load_document(data, file, expected_kind)
+
+
+def read_document(path: str | Path, expected_kind: str | None = None) -> Document:
+    """Read one input file and check it with ``load_document``."""
+    return load_document(read_input_bytes(path), str(path), expected_kind)
 
 
 def build_scenario(value: dict[str, Any]) -> Scenario:
