@@ -23,6 +23,9 @@ class Request:
     arrival_us: int
     prompt_tokens: int
     max_output_tokens: int
+    prefix_hashes: tuple[int, ...] = ()
+    """R47: the hashes of the prompt's consecutive blocks of ``prefix_hash_block_tokens``
+    tokens (workload 1.1); empty when the workload gives none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,8 @@ class Workload:
     """The requests in document order; ``position`` in the report means the index here."""
 
     requests: tuple[Request, ...]
+    prefix_hash_block_tokens: int | None = None
+    """R47: H, the tokens each prefix hash covers; set when the workload gives it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +60,23 @@ class SchedulerLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class KvCache:
+    """R45: each worker's KV cache of ``blocks`` blocks of ``block_tokens`` tokens."""
+
+    blocks: int
+    block_tokens: int
+    prefix_caching: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
-    """The fleet, its routing policy and its scheduler limits."""
+    """The fleet, its routing policy, its scheduler limits and (scenario 1.1) its KV cache."""
 
     workers: int
     routing: Routing
     scheduler: SchedulerLimits
+    kv_cache: KvCache | None = None
+    """R45: ``None`` means unlimited memory, as in every 1.0 scenario."""
 
 
 @dataclass(frozen=True, slots=True)

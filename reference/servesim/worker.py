@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from servesim.kv_cache import KvCacheCounters
 from servesim.model import MeasuredTiming, Request, SchedulerLimits, StepShape
 from servesim.token_times import Segment, TokenTimes
 
@@ -32,6 +33,10 @@ class RequestState:
     token_times_us: TokenTimes = field(default_factory=TokenTimes)
     """When each output token was produced; its length is the number generated so far."""
     terminal_us: int | None = None
+    reused_prompt_tokens: int = 0
+    """R48, R52: the tokens reused at its first admission (0 without a cache)."""
+    preemptions: int = 0
+    """R49, R52: how many times it was preempted."""
 
     def prefill(self, tokens: int) -> None:
         """R20: ``tokens`` more prompt tokens were prefilled."""
@@ -63,6 +68,10 @@ class Step:
     ``count`` steps of equal duration, back to back, the first ending at ``first_end_us``. Their
     counts add up to ``repeat``, and they are the run's step end times, as ``TokenTimes``
     stores them."""
+    kv_blocks_in_use: int | None = None
+    """R50, R52: the held blocks once the step is formed; ``None`` without a cache."""
+    preempted: list[str] = field(default_factory=list)
+    """R49, R52: the ids of the requests preempted while the step was formed, in order."""
 
     @property
     def end_us(self) -> int:
@@ -215,6 +224,7 @@ class Worker:
         "decode_tokens",
         "in_flight",
         "index",
+        "kv_counters",
         "output_tokens",
         "peak_running",
         "peak_waiting",
@@ -243,6 +253,8 @@ class Worker:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.output_tokens = 0
+        self.kv_counters: KvCacheCounters | None = None
+        """R52: the cache's counters; ``None`` without a cache."""
 
     def enqueue(self, state: RequestState) -> None:
         """R12: an accepted request joins the tail of the waiting queue."""
