@@ -2,9 +2,9 @@
 
 The reference's chain relabels timing profile, scenario and workload 1.0 -> 1.1, and upgrades
 report 1.0 -> 2.0 (the calibration echo and the trace's step shapes) and 2.0 -> 3.0 (the KV
-cache's members, R53). The chain of the deliberate evolution in
-``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 2.0) exercises the machinery further, and its
-2.0 reader (``load_scenario_2_0``) stands for an implementation that reads 2.0.
+cache's members, R53). The chain of the deliberate evolution in ``tests/evolution_fixtures``
+(scenario 1.0 -> 1.1 -> 1.2 -> 2.0) exercises the machinery further, and its 2.0 reader
+(``load_scenario_2_0``) stands for an implementation that reads 2.0.
 """
 
 from __future__ import annotations
@@ -34,8 +34,15 @@ from servesim_conformance.evolution.cli import (
 )
 from servesim_conformance.strategies import requests, scenarios
 from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
-from tests.evolution_fixtures import SCENARIO_1_1, SCENARIO_2_0, load, load_scenario_2_0
-from tests.helpers import REPO, scenario_doc, timing_doc, workload_doc
+from tests.evolution_fixtures import SCENARIO_1_2, SCENARIO_2_0, load, load_scenario_2_0
+from tests.helpers import (
+    REPO,
+    as_report_1_0,
+    as_report_2_0,
+    scenario_doc,
+    timing_doc,
+    workload_doc,
+)
 
 
 def _bytes(document: dict[str, Any]) -> bytes:
@@ -103,31 +110,6 @@ def test_timing_profile_1_0_is_relabelled_and_replays_the_same() -> None:
     assert strip[0] == strip[1]
 
 
-def _as_report_2_0(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report 2.0 writer writes for the same replay (no cache): 3.0 without R52's members."""
-    old = copy.deepcopy(report)
-    assert old["summary"]["kv_cache"] is None, "a 2.0 report comes from a scenario without a cache"
-    old["schema_version"] = "2.0"
-    for request in old["requests"]:
-        del request["reused_prompt_tokens"], request["preemptions"]
-    del old["summary"]["rejected_by_reason"]["exceeds_kv_cache"], old["summary"]["kv_cache"]
-    for worker in old["workers"]:
-        del worker["kv_cache"]
-    for entry in old["trace"] or []:
-        del entry["kv_blocks_in_use"], entry["preempted"]
-    return old
-
-
-def _as_report_1_0(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report 1.0 writer writes for the same replay: 2.0 without its two additions."""
-    old = _as_report_2_0(report)
-    old["schema_version"] = "1.0"
-    del old["inputs"]["timing_profile"]["calibration"]
-    for entry in old["trace"] or []:
-        del entry["shape"]
-    return old
-
-
 #: The golden reports of synthetic profiles: a measured profile's report has no 1.0 form (R38).
 GOLDEN_REPORTS = [
     path
@@ -139,9 +121,9 @@ GOLDEN_REPORTS = [
 @pytest.mark.parametrize("path", GOLDEN_REPORTS, ids=lambda path: path.parent.name)
 def test_report_1_0_migrates_to_exactly_the_2_0_report(path: Path) -> None:
     current = json.loads(path.read_bytes())
-    old = _as_report_1_0(current)
+    old = as_report_1_0(current)
     load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 1.0 report
-    expected = canonical_bytes(_as_report_2_0(current))
+    expected = canonical_bytes(as_report_2_0(current))
     assert canonical_bytes(CHAIN.migrate(old, target="2.0").document) == expected
     assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()
 
@@ -159,7 +141,7 @@ def test_report_2_0_migrates_to_exactly_the_3_0_report(path: Path) -> None:
     """R53: the reference's 2.0-equivalent report (3.0 without R52's members) migrates to the
     very bytes of the 3.0 report the reference writes (the golden report, which
     tests/test_golden_reports.py checks against the reference)."""
-    old = _as_report_2_0(json.loads(path.read_bytes()))
+    old = as_report_2_0(json.loads(path.read_bytes()))
     load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 2.0 report
     migrated = CHAIN.migrate(old)
     assert [(step.source, step.target) for step in migrated.steps] == [("2.0", "3.0")]
@@ -169,8 +151,12 @@ def test_report_2_0_migrates_to_exactly_the_3_0_report(path: Path) -> None:
 
 def test_fixture_chain_goes_one_version_at_a_time() -> None:
     steps = FIXTURE_CHAIN.path("scenario", "1.0")
-    assert [(step.source, step.target) for step in steps] == [("1.0", "1.1"), ("1.1", "2.0")]
-    assert FIXTURE_CHAIN.sources("scenario") == ("1.0", "1.1", "2.0")
+    assert [(step.source, step.target) for step in steps] == [
+        ("1.0", "1.1"),
+        ("1.1", "1.2"),
+        ("1.2", "2.0"),
+    ]
+    assert FIXTURE_CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "2.0")
     assert FIXTURE_CHAIN.path("scenario", "1.1", "1.1") == ()
 
 
@@ -232,7 +218,11 @@ def test_a_step_that_edits_its_argument_in_place_still_leaves_the_caller_s_docum
 def test_every_step_is_pure_and_lands_on_a_valid_document_of_its_version(
     document: dict[str, Any],
 ) -> None:
-    schemas = {"1.1": load(SCENARIO_1_1), "2.0": load(SCENARIO_2_0)}
+    schemas = {
+        "1.1": json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8")),
+        "1.2": load(SCENARIO_1_2),
+        "2.0": load(SCENARIO_2_0),
+    }
     kept = copy.deepcopy(document)
     current: dict[str, Any] = document
     for step in FIXTURE_CHAIN.path("scenario", "1.0"):
