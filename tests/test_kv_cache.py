@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servesim import simulation
+from servesim.kv_cache import PRIVATE
 from servesim.model import (
     KvCache,
     Request,
@@ -136,15 +137,8 @@ def test_r45_held_cached_and_free_blocks_add_up_to_the_cache() -> None:
     def complete_and_count(self: CachingWorker, step: Step) -> list[RequestState]:
         finished = original(self, step)
         # held counted from the holders' side, independently of the cache's counts
-        distinct: set[int] = set()
-        private = 0
-        for state in self.running:
-            for block in state.blocks:
-                if block is None:
-                    private += 1
-                else:
-                    distinct.add(id(block))
-        held = private + len(distinct)
+        held = len({block for state in self.running for block in state.blocks if block >= 0})
+        held += sum(block == PRIVATE for state in self.running for block in state.blocks)
         observed.append((held, len(self.cache.cached), self.cache.free, self.cache.held))
         return finished
 
@@ -585,15 +579,15 @@ def _check_cache(worker: CachingWorker) -> None:
         assert len(state.blocks) == cache.blocks_for(state.cached_tokens)  # R46
         assert state.cached_tokens <= state.prefill_target + len(state.token_times_us)
         for block in state.blocks:
-            if block is None:
+            if block == PRIVATE:
                 private += 1
             else:
-                holders[id(block)] = holders.get(id(block), 0) + 1
+                holders[block] = holders.get(block, 0) + 1
     assert private + len(holders) == cache.held
-    for block in cache.registry.values():
-        assert block.holders == holders.get(id(block), 0)
-        assert (block.holders == 0) == (block in cache.cached)
-    assert all(block.identity in cache.registry for block in cache.cached)
+    for identity, count in cache.registry.items():
+        assert count == holders.get(identity, 0)
+        assert (count == 0) == (identity in cache.cached)
+    assert all(identity in cache.registry for identity in cache.cached)
     assert all(not state.blocks for state in worker.waiting)
 
 
