@@ -81,7 +81,9 @@ def block_identities(
     if count == 0:
         return []
     numbers = prefixes.numbers(hashes[: (count - 1) // per_hash + 1])
-    return [numbers[j // per_hash] * per_hash + j % per_hash for j in range(count)]
+    # block j = i * k + r is the r-th engine block of hashed block i
+    offsets = range(per_hash)
+    return [number * per_hash + r for number in numbers for r in offsets][:count]
 
 
 class BlockCache:
@@ -178,7 +180,7 @@ class BlockCache:
         """R46: a request releases all its blocks, from its last to its first. A block left
         without holders becomes cached, with the next release number, if it is registered, and
         free otherwise."""
-        registry = self.registry
+        registry, cached, number = self.registry, self.cached, self.next_release
         private = 0
         for identity in reversed(held):
             if identity == PRIVATE:
@@ -187,7 +189,8 @@ class BlockCache:
             holders = registry[identity] - 1
             registry[identity] = holders
             if holders == 0:
-                self.cached[identity] = self.next_release
-                self.next_release += 1
+                cached[identity] = number
+                number += 1
+        self.next_release = number
         self.free += private
         held.clear()
