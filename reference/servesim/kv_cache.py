@@ -9,6 +9,7 @@ identity, which the registry maps to its number of holders; when nobody holds it
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,18 +139,11 @@ class BlockCache:
     def hits(self, identities: Sequence[Identity], most: int) -> list[Identity]:
         """R48: the request's blocks 0, 1, ... that are registered, as far as they all are,
         and at most ``most`` of them."""
-        registry = self.registry
-        hits: list[Identity] = []
-        for identity in identities[:most]:
-            if identity not in registry:
-                break
-            hits.append(identity)
-        return hits
+        return list(itertools.takewhile(self.registry.__contains__, identities[:most]))
 
     def cached_among(self, hits: list[Identity]) -> int:
         """How many of a request's hit blocks are cached (held by nobody)."""
-        registry = self.registry
-        return sum(1 for identity in hits if registry[identity] == 0)
+        return list(map(self.registry.__getitem__, hits)).count(0)
 
     def hold(self, held: HeldBlocks, hits: list[Identity]) -> None:
         """R48: a request admitted with a hit becomes a holder of its hit blocks; a cached one
@@ -169,28 +163,36 @@ class BlockCache:
         (its cached tokens went from ``before`` to ``after``), unless their identity already
         has a block: such a duplicate stays unregistered (``PRIVATE``)."""
         registry = self.registry
+        first = before // self.block_tokens
         last = min(after // self.block_tokens, len(identities))  # identified blocks only
-        for j in range(before // self.block_tokens, last):
-            identity = identities[j]
+        filled = identities[first:last]
+        if not any(map(registry.__contains__, filled)):  # no duplicate: all at once
+            registry.update(dict.fromkeys(filled, 1))  # each held by its filler
+            held[first:last] = filled
+            return
+        for j, identity in enumerate(filled, first):
             if identity not in registry:
-                registry[identity] = 1  # its filler holds it
+                registry[identity] = 1
                 held[j] = identity
 
     def release(self, held: HeldBlocks) -> None:
         """R46: a request releases all its blocks, from its last to its first. A block left
         without holders becomes cached, with the next release number, if it is registered, and
         free otherwise."""
-        registry, cached, number = self.registry, self.cached, self.next_release
-        private = 0
-        for identity in reversed(held):
-            if identity == PRIVATE:
-                private += 1
-                continue
-            holders = registry[identity] - 1
-            registry[identity] = holders
-            if holders == 0:
-                cached[identity] = number
-                number += 1
-        self.next_release = number
-        self.free += private
+        registry, cached = self.registry, self.cached
+        registered = [identity for identity in reversed(held) if identity != PRIVATE]
+        self.free += len(held) - len(registered)
+        if all(map((1).__eq__, map(registry.__getitem__, registered))):
+            # the common case, each block held by this request alone: all cached, in order
+            first = self.next_release
+            self.next_release += len(registered)
+            registry.update(dict.fromkeys(registered, 0))
+            cached.update(zip(registered, range(first, self.next_release), strict=True))
+        else:
+            for identity in registered:
+                holders = registry[identity] - 1
+                registry[identity] = holders
+                if holders == 0:
+                    cached[identity] = self.next_release
+                    self.next_release += 1
         held.clear()
