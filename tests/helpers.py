@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import subprocess
@@ -18,6 +19,8 @@ EXAMPLES = REPO / "examples"
 __all__ = [
     "EXAMPLES",
     "REPO",
+    "as_report_1_0",
+    "as_report_2_0",
     "load_module",
     "replay_args",
     "run_servesim",
@@ -119,3 +122,30 @@ def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
     )
+
+
+def as_report_2_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 2.0 writer writes for the same replay (no cache): the 3.0 ``report``
+    without R52's members (SPEC.md R53)."""
+    old = copy.deepcopy(report)
+    assert old["summary"]["kv_cache"] is None, "a 2.0 report comes from a scenario without a cache"
+    old["schema_version"] = "2.0"
+    for request in old["requests"]:
+        del request["reused_prompt_tokens"], request["preemptions"]
+    del old["summary"]["rejected_by_reason"]["exceeds_kv_cache"], old["summary"]["kv_cache"]
+    for worker in old["workers"]:
+        del worker["kv_cache"]
+    for entry in old["trace"] or []:
+        del entry["kv_blocks_in_use"], entry["preempted"]
+    return old
+
+
+def as_report_1_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 1.0 writer writes for the same replay (a synthetic profile, no cache): 2.0
+    without its calibration echo and the trace's shapes."""
+    old = as_report_2_0(report)
+    old["schema_version"] = "1.0"
+    del old["inputs"]["timing_profile"]["calibration"]
+    for entry in old["trace"] or []:
+        del entry["shape"]
+    return old

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,15 @@ from servesim.replay import replay
 from servesim_cli.compare import differences
 from servesim_cli.figures import read_figures
 from servesim_cli.main import main
-from tests.helpers import EXAMPLES, scenario_doc, timing_doc, workload_doc, write_inputs
+from tests.helpers import (
+    EXAMPLES,
+    as_report_1_0,
+    as_report_2_0,
+    scenario_doc,
+    timing_doc,
+    workload_doc,
+    write_inputs,
+)
 
 REQUESTS = (("a", 0, 10, 4), ("b", 0, 20, 1), ("c", 2000, 3, 2))
 
@@ -123,14 +132,15 @@ def test_require_same_refuses_reports_of_different_inputs(
     assert "cannot compare: the reports were made from different scenario" in captured.err
 
 
-def test_a_1_0_report_compares_with_its_2_0_twin(
-    tmp_path: Path, one_worker: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("older", [as_report_1_0, as_report_2_0], ids=["1.0", "2.0"])
+def test_an_older_report_compares_with_its_3_0_twin(
+    tmp_path: Path,
+    one_worker: Path,
+    capsys: pytest.CaptureFixture[str],
+    older: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> None:
-    value = json.loads(one_worker.read_bytes())
-    value["schema_version"] = "1.0"
-    del value["inputs"]["timing_profile"]["calibration"]
     old = tmp_path / "old.json"
-    old.write_text(json.dumps(value))
+    old.write_text(json.dumps(older(json.loads(one_worker.read_bytes()))))
     code, comparison = _compare(capsys, str(old), str(one_worker), "--threshold", "0")
     assert (code, comparison["flagged"]) == (0, [])
 
@@ -141,7 +151,7 @@ def test_both_unreadable_reports_are_named(
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps(scenario_doc()))
     future = tmp_path / "future.json"
-    future.write_text(json.dumps({**json.loads(one_worker.read_bytes()), "schema_version": "3.0"}))
+    future.write_text(json.dumps({**json.loads(one_worker.read_bytes()), "schema_version": "4.0"}))
     assert main(["compare", str(scenario), str(future)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

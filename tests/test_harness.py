@@ -30,7 +30,7 @@ from servesim_conformance.runner import (
 )
 from servesim_conformance.schemas import harness_schema
 from tests.golden_snapshots import GOLDEN
-from tests.helpers import REPO
+from tests.helpers import REPO, as_report_1_0
 
 FAKE = Path(__file__).parent / "fakes" / "fake_sim.py"
 CORPUS = load_corpus(GOLDEN)
@@ -262,11 +262,7 @@ def test_report_1_0_is_held_to_its_own_canonical_bytes() -> None:
 
 def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> None:
     written = tmp_path / "report.json"
-    value = json.loads(VALID.expected_report.read_bytes())
-    value["inputs"]["timing_profile"].pop("calibration")
-    for entry in value["trace"]:
-        entry.pop("shape")
-    value["schema_version"] = "1.0"
+    value = as_report_1_0(json.loads(VALID.expected_report.read_bytes()))
     value["requests"][0]["token_times_us"][-1] += 1
     written.write_bytes(canonical_json(value))
     verdict, message, difference = judge_report(
@@ -275,21 +271,23 @@ def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> 
     assert verdict is Outcome.FAIL
     assert difference is not None
     assert difference.pointer == "/requests/0/token_times_us/2"
-    assert message.endswith("(the report was migrated from 1.0 to 2.0 before comparison)")
+    assert message.endswith("(the report was migrated from 1.0 to 3.0 before comparison)")
 
 
 def test_a_report_version_not_declared_is_an_invalid_report() -> None:
     implementation = fake("undeclared-report-version")
     result = run_case(VALID, implementation, implementation.describe())
     assert result.outcome is Outcome.INVALID_REPORT
-    assert "version 2.0, which --describe does not declare" in result.message
+    assert "version 3.0, which --describe does not declare" in result.message
 
 
 @pytest.mark.parametrize(
     ("versions", "message"),
     [
-        ({"report": ["3.0"]}, "report versions that are not released: 3.0"),
+        ({"report": ["4.0"]}, "report versions that are not released: 4.0"),
         ({"timing_profile": ["1.0", "1.1"], "report": ["1.0"]}, "writes no report 2.0"),
+        ({"scenario": ["1.0", "1.1"], "report": ["2.0"]}, "reads scenario 1.1 but writes no"),
+        ({"workload": ["1.0", "1.1"], "report": ["1.0"]}, "reads workload 1.1 but writes no"),
     ],
 )
 def test_declared_report_versions_must_be_usable(

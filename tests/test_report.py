@@ -102,3 +102,75 @@ def test_r8_r19_equal_arrivals_queue_in_document_order(tmp_path: Path) -> None:
     assert len(set(firsts)) == 3
     assert report["workers"][0]["peak_waiting"] == 3
     assert report["workers"][0]["peak_running"] == 1
+
+
+def _simulated(trace: bool) -> Any:
+    """A small replay's simulation result (no cache), for the R52 writer tests to annotate."""
+    from servesim.documents import build_scenario, build_timing_profile, build_workload
+    from servesim.simulation import simulate
+
+    return simulate(
+        build_scenario(scenario_doc(workers=2)),
+        build_workload(workload_doc(("a", 0, 40, 3), ("b", 5, 20, 2), ("c", 9, 0, 1))),
+        build_timing_profile(timing_doc()),
+        record_trace=trace,
+    )
+
+
+def _written(result: Any) -> tuple[bytes, dict[str, Any]]:
+    from servesim.documents import load_document
+    from servesim.report import report_chunks
+
+    inputs = {"scenario": b"s", "workload": b"w", "timing_profile": b"t"}
+    data = b"".join(report_chunks(result, inputs))
+    value = load_document(data, "report.json", "report").value  # R3: valid under report 3.0
+    return data, value
+
+
+def test_r52_without_a_cache_the_report_says_null_and_zero() -> None:
+    _, report = _written(_simulated(trace=True))
+    assert report["schema_version"] == "3.0"
+    assert report["summary"]["kv_cache"] is None
+    assert report["summary"]["rejected_by_reason"]["exceeds_kv_cache"] == 0
+    assert [worker["kv_cache"] for worker in report["workers"]] == [None, None]
+    assert {(r["reused_prompt_tokens"], r["preemptions"]) for r in report["requests"]} == {(0, 0)}
+    assert {(e["kv_blocks_in_use"], tuple(e["preempted"])) for e in report["trace"]} == {(None, ())}
+
+
+def test_r52_the_cache_members_are_written_from_the_counters_in_canonical_order() -> None:
+    """The byte templates put R52's members where RFC 8785 orders them, with the values the
+    simulation's counters hold; the summary adds them up as R52 says."""
+    from servesim.canonical import canonical_bytes
+    from servesim.kv_cache import KvCacheCounters
+
+    result = _simulated(trace=True)
+    result.workers[0].kv_counters = KvCacheCounters(7, 32, 1, 4)
+    result.workers[1].kv_counters = KvCacheCounters(3, 0, 2, 5)
+    states = {state.request.id: state for state in result.requests}
+    states["a"].reused_prompt_tokens, states["a"].preemptions = 32, 1
+    states["b"].preemptions = 2
+    for step in result.steps:
+        step.kv_blocks_in_use = 3 + step.worker
+        step.preempted = ["b"] if step.worker == 1 else []
+    data, report = _written(result)
+    assert data == canonical_bytes(report) + b"\n"
+    assert report["summary"]["kv_cache"] == {
+        "reused_prompt_tokens": 32,
+        "prefix_reuse_ratio": 32 / 60,  # over the completed requests' 40 + 20 prompt tokens
+        "preemptions": 3,
+        "evictions": 9,
+    }
+    assert [worker["kv_cache"] for worker in report["workers"]] == [
+        {"peak_blocks_in_use": 7, "reused_tokens": 32, "preemptions": 1, "evictions": 4},
+        {"peak_blocks_in_use": 3, "reused_tokens": 0, "preemptions": 2, "evictions": 5},
+    ]
+    by_id = {entry["id"]: entry for entry in report["requests"]}
+    assert (by_id["a"]["reused_prompt_tokens"], by_id["a"]["preemptions"]) == (32, 1)
+    assert (by_id["b"]["reused_prompt_tokens"], by_id["b"]["preemptions"]) == (0, 2)
+    assert by_id["c"]["reject_reason"] == "empty_prompt"
+    assert {
+        (e["worker"], e["kv_blocks_in_use"], tuple(e["preempted"])) for e in report["trace"]
+    } == {
+        (0, 3, ()),
+        (1, 4, ("b",)),
+    }

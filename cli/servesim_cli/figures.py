@@ -31,11 +31,10 @@ from functools import cmp_to_key
 from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
-from servesim.admission import REJECT_REASONS
 from servesim.canonical import canonical_json
 from servesim.documents import check_header, parse_json, pointer, schema_problems
 from servesim.errors import InputProblem, InvalidInput
-from servesim.report import PERCENTILES
+from servesim.report import PERCENTILES, REPORTED_REJECT_REASONS
 
 __all__ = [
     "Figure",
@@ -153,7 +152,7 @@ def read_figures(path: str | Path) -> ReportFigures:
     """The figures of the report file at ``path``.
 
     Raises ``InvalidInput`` (problems naming the file and a JSON pointer) for a file that is not
-    a readable report of a version this package reads (R2: 1.0 or 2.0). What the figures do not
+    a readable report of a version this package reads (R2: 1.0, 2.0 or 3.0). What the figures do not
     use is not checked (``servesim validate`` checks a whole report).
     """
     file = str(path)
@@ -303,7 +302,10 @@ def figures_of(value: Any, file: str) -> ReportFigures:
         completed=summary["completed"],
         rejected=summary["rejected"],
         rejected_by_reason=tuple(
-            (reason, summary["rejected_by_reason"][reason]) for reason in REJECT_REASONS
+            # A report before 3.0 has no exceeds_kv_cache: it comes from a scenario without a
+            # cache, where the count is 0 (R53), so reports of every version show the same rows.
+            (reason, summary["rejected_by_reason"].get(reason, 0))
+            for reason in REPORTED_REJECT_REASONS
         ),
         prompt_tokens=summary["prompt_tokens"],
         output_tokens=summary["output_tokens"],

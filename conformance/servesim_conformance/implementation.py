@@ -249,8 +249,9 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
 
     Every implementation reads 1.0 of every input kind, so that the 1.0 golden inputs run
     everywhere; the report versions must be released ones, which the harness can validate and
-    migrate before comparing; and a reader of timing profile 1.1 writes a report that can echo
-    its calibration (2.0 or later).
+    migrate before comparing; a reader of timing profile 1.1 writes a report that can echo
+    its calibration (2.0 or later); and a reader of scenario or workload 1.1 one that can say
+    what the KV cache did (3.0 or later, R52).
     """
     problems = []
     unread = [kind for kind in INPUT_KINDS if "1.0" not in schema_versions[kind]]
@@ -271,5 +272,11 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
         problems.append(
             "it reads timing profile 1.1 but writes no report 2.0; a report 1.0 cannot echo a "
             "calibration"
+        )
+    cache_inputs = [kind for kind in ("scenario", "workload") if "1.1" in schema_versions[kind]]
+    if cache_inputs and not any(version_key(v) >= (3, 0) for v in schema_versions["report"]):
+        problems.append(
+            f"it reads {' and '.join(cache_inputs)} 1.1 but writes no report 3.0; an older report "
+            "cannot say what the KV cache did (R52)"
         )
     return problems

@@ -56,8 +56,16 @@ def _reference_report(arguments: list[str], *, trace: bool) -> bytes:
 
 
 def as_report_1_0(report: bytes) -> dict[str, Any]:
-    """The reference's report 2.0 written back as 1.0: without what 2.0 added (R25, R30)."""
+    """The reference's report 3.0 written back as 1.0: without what 3.0 (R52) and 2.0 (R25,
+    R30) added; the fakes run no cache, so 3.0's members hold their values without one (R53)."""
     value: dict[str, Any] = json.loads(report)
+    for request in value["requests"]:
+        del request["reused_prompt_tokens"], request["preemptions"]
+    del value["summary"]["rejected_by_reason"]["exceeds_kv_cache"], value["summary"]["kv_cache"]
+    for worker in value["workers"]:
+        del worker["kv_cache"]
+    for entry in value["trace"] or []:
+        del entry["kv_blocks_in_use"], entry["preempted"]
     del value["inputs"]["timing_profile"]["calibration"]
     for entry in value["trace"] or []:
         del entry["shape"]
@@ -80,8 +88,10 @@ def describe(mode: str) -> dict[str, Any]:
         described["schema_versions"]["timing_profile"] = ["1.0"]
         measured = {"timing.grid", "timing.regression"}
         described["features"] = [f for f in described["features"] if f not in measured]
-    if mode in REPORT_1_0_WRITERS:
+    if mode in REPORT_1_0_WRITERS:  # a 1.0 report cannot say what a cache did (R52)
         described["schema_versions"]["report"] = ["1.0"]
+        described["schema_versions"]["scenario"] = ["1.0"]
+        described["schema_versions"]["workload"] = ["1.0"]
     if mode == "protocol-1-measured":  # the combination R38 forbids
         described["protocol_version"] = 1
     if mode == "protocol-3":
@@ -197,7 +207,7 @@ def main() -> int:
         output.write_bytes(canonical_json(as_report_1_0(report)))
     elif mode == "non-canonical-1.0":
         output.write_text(json.dumps(as_report_1_0(report), indent=2) + "\n")
-    elif mode == "undeclared-report-version":  # declares 1.0, writes the reference's 2.0
+    elif mode == "undeclared-report-version":  # declares 1.0, writes the reference's 3.0
         output.write_bytes(report)
     else:
         print(f"unknown mode {mode}", file=sys.stderr)
