@@ -1,7 +1,9 @@
 """One worker's continuous-batching scheduler: how a step is formed and what it does.
 
 SPEC.md section 5. A worker is data: the event loop in ``servesim.simulation`` calls
-``plan_step`` when the worker schedules and ``complete_step`` when its step ends.
+``plan_step`` when the worker schedules and ``complete_step`` when its step ends. A worker with
+a KV cache is a ``CachingWorker`` (section 11, R50 and R51), whose cache is in
+``servesim.kv_cache``.
 """
 
 from __future__ import annotations
