@@ -126,20 +126,23 @@ class BlockCache:
         ``obtainable``."""
         from_free = min(count, self.free)
         self.free -= from_free
-        for _ in range(count - from_free):
-            self.evict()
+        if count > from_free:
+            self.evict(count - from_free)
         held.extend([PRIVATE] * count)
 
-    def evict(self) -> None:
-        """R49: the least recently released cached block leaves the registry and is taken."""
-        identity, _ = self.cached.popitem(last=False)
-        del self.registry[identity]
-        self.counters.evictions += 1
+    def evict(self, count: int) -> None:
+        """R49: the ``count`` least recently released cached blocks leave the registry."""
+        cached, registry = self.cached, self.registry
+        for _ in range(count):
+            identity, _ = cached.popitem(last=False)
+            del registry[identity]
+        self.counters.evictions += count
 
     def hits(self, identities: Sequence[Identity], most: int) -> list[Identity]:
         """R48: the request's blocks 0, 1, ... that are registered, as far as they all are,
         and at most ``most`` of them."""
-        return list(itertools.takewhile(self.registry.__contains__, identities[:most]))
+        leading = itertools.islice(identities, most)
+        return list(itertools.takewhile(self.registry.__contains__, leading))
 
     def cached_among(self, hits: list[Identity]) -> int:
         """How many of a request's hit blocks are cached (held by nobody)."""
