@@ -124,6 +124,8 @@ CHUNK_CASES = {
             "batched_tokens": 7,
             # R22: no decoders, so C is 0
             "shape": {"decode_requests": 0, "context_tokens": 0, "prefill_tokens": 7},
+            "kv_blocks_in_use": None,  # R52, R53: no cache
+            "preempted": [],
         },
         "step2_prefill": [{"id": "C", "tokens": 6}],
         "ab_tokens": [1040, 2300],
@@ -150,6 +152,8 @@ CHUNK_CASES = {
             "batched_tokens": 5,
             # R22: A and B each have prompt 2 + 1 token produced at 1040: C = 3 + 3
             "shape": {"decode_requests": 2, "context_tokens": 6, "prefill_tokens": 3},
+            "kv_blocks_in_use": None,  # R52, R53: no cache
+            "preempted": [],
         },
         "step2_prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
         "ab_tokens": [1040, 2270],
@@ -411,6 +415,7 @@ def test_r10_rejection_reasons_precedence_and_no_round_robin_turn(tmp_path: Path
         "zero_max_output_tokens": 2,
         "context_exceeds_max_model_len": 3,
         "prefill_exceeds_step_budget": 1,
+        "exceeds_kv_cache": 0,  # R10 reason 5: no cache
     }
     assert (summary["requests"], summary["completed"], summary["rejected"]) == (10, 2, 8)
     assert summary["steps"] == 98
@@ -585,6 +590,7 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
         "prefill_tokens": 35,
         "decode_tokens": 11,
         "output_tokens": 14,
+        "kv_cache": None,  # R52, R53: no cache
     }
 
 

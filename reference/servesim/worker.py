@@ -1,7 +1,9 @@
 """One worker's continuous-batching scheduler: how a step is formed and what it does.
 
 SPEC.md section 5. A worker is data: the event loop in ``servesim.simulation`` calls
-``plan_step`` when the worker schedules and ``complete_step`` when its step ends.
+``plan_step`` when the worker schedules and ``complete_step`` when its step ends. A worker with
+a KV cache is a ``CachingWorker`` (section 11, R50 and R51), whose cache is in
+``servesim.kv_cache``.
 """
 
 from __future__ import annotations
@@ -509,8 +511,8 @@ class CachingWorker(Worker):
             reused = len(hits) * block_tokens
             tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
             needed = cache.blocks_for(reused + tokens) - len(hits)
-            cached_hits = sum(1 for block in hits if block.holders == 0)
-            if tokens == 0 or needed > cache.free + len(cache.cached) - cached_hits:
+            evictable = len(cache.cached) - cache.cached_among(hits)
+            if tokens == 0 or needed > cache.free + evictable:
                 break
             self.waiting.popleft()
             cache.hold(head.blocks, hits)  # first, so that no eviction takes a hit block
