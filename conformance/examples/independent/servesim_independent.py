@@ -70,6 +70,7 @@ class Req:
         self.first_sched = None
         self.done_t = None
         self.reused = 0  # reused_prompt_tokens: h*B at the first admission (R48)
+        self.running = False  # in its worker's running list
         self.preemptions = 0
 
     @property
@@ -504,6 +505,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
 
     def preempt(w, v, preempted):  # R49, the victim's four actions in order
         w.running.remove(v)
+        v.running = False
         w.cache.release(v)
         v.cached = 0
         v.target = v.prompt + len(v.tokens)
@@ -533,22 +535,22 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
 
     def form_step(w, now):
         budget = mbt
-        given = []  # requests given a decode token or an allotment in this step
+        given = set()  # requests given a decode token or an allotment in this step
         preempted = []
         decode = []
         # R17 / R50.1: decode first
         for r in list(w.running):
-            if r not in w.running or not r.decoding:
+            if not r.running or not r.decoding:
                 continue  # preempted by an earlier request, or in Prefill
             if w.cache is not None and not obtain(w, r, r.cached + 1, given, preempted):
                 continue
             decode.append(r)
-            given.append(r)
+            given.add(r)
             budget -= 1
         allot = []  # (request, allotment, cached tokens before)
         # R18 / R50.2: running prefills
         for r in list(w.running):
-            if r not in w.running or r.decoding or r in given:
+            if not r.running or r.decoding or r in given:
                 continue
             if budget <= 0:
                 break
@@ -557,7 +559,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             if w.cache is not None and not obtain(w, r, r.cached + a, given, preempted):
                 continue
             allot.append((r, a, r.cached))
-            given.append(r)
+            given.add(r)
             budget -= a
         for r in decode:
             r.cached += 1  # R46: the step computes the last produced token's keys and values
@@ -603,6 +605,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                     hd.reused = h * B
                 w.cache.reused_tokens += h * B
             w.running.append(hd)
+            hd.running = True
             if hd.first_sched is None:
                 hd.first_sched = now
             allot.append((hd, a, hd.cached))
@@ -659,11 +662,13 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             if before < r.target <= before + a:  # its prefill or recompute completes (R20, R51)
                 r.tokens.append(now)
                 w.output_tokens += 1
-        step_reqs = [r for r in w.running if r in decode or any(r is x for x, _, _ in allot)]
+        in_step = set(decode) | {r for r, _, _ in allot}
+        step_reqs = [r for r in w.running if r in in_step]
         keep = []
         done = []
         for r in w.running:
             if len(r.tokens) == r.max_out:
+                r.running = False
                 r.done_t = now
                 w.completed += 1
                 done.append(r)
