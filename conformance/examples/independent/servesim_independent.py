@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7 and 10 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 and 11 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
-profile), so the suite's invalid tier finds that. It reads timing profiles 1.0 and 1.1 (the
-synthetic_linear, grid and regression models), writes report 2.0 and speaks conformance
-protocol 2 (exit 3 when a step's shape is outside the profile's coverage, R43). See README.md
-beside it.
+profile, the schema versions it reads, and section 11's members with R4's checks of them), so
+the suite's invalid tier finds that. It reads scenarios and workloads 1.0 and 1.1 (the KV cache,
+prefix caching and preemption of section 11) and timing profiles 1.0 and 1.1 (the
+synthetic_linear, grid and regression models), writes report 3.0 (or 2.0 with --report-version
+2.0, reading 1.0 scenarios and workloads only) and speaks conformance protocol 2 (exit 3 when a
+step's shape is outside the profile's coverage, R43). See README.md and QUESTIONS-kv.md beside
+it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
