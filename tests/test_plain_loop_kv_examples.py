@@ -1,7 +1,7 @@
 """The plain loop's section 11 (KV cache) against numbers derived by hand, not by the reference.
 
-``conformance/examples/independent/kv-examples/`` holds three small cases (a prefix hit, LRU
-eviction, a preemption with recompute); their README derives every number with pencil and each
+``conformance/examples/independent/kv-examples/`` holds five small cases (a prefix hit, LRU
+eviction, three preemptions); their README derives every number with pencil and each
 ``expected.json`` maps report pointers to those numbers. The other tests hold the plain loop to
 R4's and R10's new checks and to R53 (without a cache, report 3.0 is report 2.0 plus the
 migration's constants).
@@ -79,8 +79,14 @@ def test_plain_loop_gives_the_hand_derived_numbers(name: str, tmp_path: Path) ->
         assert at_pointer(report, pointer) == value, pointer
 
 
-def test_three_cases_cover_reuse_eviction_and_preemption() -> None:
-    assert CASES == ["lru-eviction", "preempt-recompute", "reuse-hit"]
+def test_the_cases_cover_reuse_eviction_and_preemption() -> None:
+    assert CASES == [
+        "lru-eviction",
+        "preempt-admits-nobody",
+        "preempt-latest-victim",
+        "preempt-recompute",
+        "reuse-hit",
+    ]
 
 
 def test_a_request_over_the_whole_cache_is_rejected_with_the_fifth_reason(tmp_path: Path) -> None:
