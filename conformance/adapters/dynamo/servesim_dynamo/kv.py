@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from servesim_dynamo.mapping import Unsupported
 from servesim_dynamo.errors import DynamoResult
+from servesim_dynamo.mapping import Unsupported
 
 #: The feature named when a scenario has a KV cache (R45).
 KV_CACHE_FEATURE = "kv_cache"
@@ -76,4 +76,3 @@ def cache_record(record: dict[str, Any]) -> CacheRecord:
             f"{record['readmission_count']}"
         )
     return CacheRecord(tuple(admission["reused_input_tokens"] for admission in ordered))
-
