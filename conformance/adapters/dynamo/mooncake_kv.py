@@ -22,6 +22,7 @@ scheduled (Dynamo) rather than from that pass's end (R47).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import subprocess
 import sys
@@ -63,9 +64,8 @@ def dynamo_engine(blocks: int) -> dict[str, Any]:
 
 def run_dynamo(trace: Path, blocks: int, output: Path) -> None:
     """The Dynamo half (needs ai-dynamo): per-request records to ``output``."""
-    from dynamo.replay import run_trace_replay
-
-    report = run_trace_replay(
+    replay = importlib.import_module("dynamo.replay")  # only in the Python with ai-dynamo
+    report = replay.run_trace_replay(
         [str(trace)],
         extra_engine_args={"engine": dynamo_engine(blocks)},
         num_workers=mooncake.WORKERS,
