@@ -434,3 +434,47 @@ def test_unwritable_output_exits_4_as_the_reference_tool(
         ]
     )
     assert code == cli.EXIT_UNWRITABLE
+
+
+def test_mooncake_comparison_matches_records_to_trace_lines_by_round_robin_key() -> None:
+    import mooncake_kv
+
+    rows = [
+        {"timestamp": 100, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]},
+        {"timestamp": 100, "input_length": 600, "output_length": 2, "hash_ids": [1, 3]},
+    ]
+    records = [
+        {
+            "decode_worker_idx": turn,
+            "arrival_time_ms": 0.0,
+            "input_length": 600,
+            "requested_output_length": 2,
+        }
+        for turn in (1, 0)
+    ]
+    matched = mooncake_kv.match_records(rows, records)
+    assert {line: record["decode_worker_idx"] for line, record in matched.items()} == {0: 0, 1: 1}
+
+
+def test_mooncake_comparison_counts_reuse_that_depends_on_registration_time() -> None:
+    """Two 1,024-token prompts with the same hashes admitted in one pass of one worker: the
+    second hits 15 blocks if blocks are reusable when scheduled, none under R47."""
+    import mooncake_kv
+
+    rows = [
+        {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [5, 6]},
+        {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [5, 6]},
+        {"timestamp": 9, "input_length": 1024, "output_length": 1, "hash_ids": [5, 6]},
+    ]
+
+    def record(admitted: float, ordinal: int) -> dict[str, Any]:
+        return {
+            "decode_worker_idx": 0,
+            "first_admit_ms": admitted,
+            "admission_history": [{"admission_ordinal": ordinal}],
+        }
+
+    together = {0: record(0.0, 0), 1: record(0.0, 1), 2: record(9.0, 2)}
+    assert mooncake_kv.same_pass_dependent(rows, together) == 1
+    apart = {0: record(0.0, 0), 1: record(5.0, 1), 2: record(9.0, 2)}
+    assert mooncake_kv.same_pass_dependent(rows, apart) == 0
