@@ -80,14 +80,15 @@ def run_dynamo(trace: Path, blocks: int, output: Path) -> None:
             {
                 "summary": report["summary"],
                 "per_request": report["per_request"],
-                "evictions": worker_evictions(trace, blocks),
+                "workers": worker_figures(trace, blocks),
             }
         )
     )
 
 
-def worker_evictions(trace: Path, blocks: int) -> list[int]:
-    """Each worker's evicted blocks: the ``removed`` KV events of the per-worker runtime.
+def worker_figures(trace: Path, blocks: int) -> dict[str, list[int]]:
+    """Each worker's evicted blocks (the ``removed`` KV events of the per-worker runtime) and
+    reused tokens (every admission's, to check these runs against ``run_trace_replay``).
 
     ``run_trace_replay`` does not report evictions, so each worker's share of the trace (round
     robin: the k-th arrival to worker k mod 16) is replayed again through AISimulate's runtime,
@@ -98,7 +99,7 @@ def worker_evictions(trace: Path, blocks: int) -> list[int]:
 
     rows = trace_lines(trace)
     order = sorted(range(len(rows)), key=lambda line: (rows[line]["timestamp"], line))
-    counts = []
+    counts: dict[str, list[int]] = {"evictions": [], "reused": []}
     with tempfile.TemporaryDirectory() as folder:
         for worker in range(mooncake.WORKERS):
             path = Path(folder) / f"worker-{worker}.jsonl"
@@ -126,7 +127,9 @@ def worker_evictions(trace: Path, blocks: int) -> list[int]:
                 for event in output["artifacts"]["kv_events"]
                 if "removed" in event["event"]["data"]
             ]
-            counts.append(sum(len(hashes) for hashes in removed))
+            counts["evictions"].append(sum(len(hashes) for hashes in removed))
+            records = output["report"]["per_request"]
+            counts["reused"].append(sum(cache_record(r).reused_tokens for r in records))
     return counts
 
 
@@ -242,6 +245,7 @@ def compare(
         if (worker_reuse[worker["worker"]], worker_preemptions[worker["worker"]])
         != (worker["kv_cache"]["reused_tokens"], worker["kv_cache"]["preemptions"])
     ]
+    by_worker = [worker_reuse[worker] for worker in range(mooncake.WORKERS)]
     peak = max(worker["kv_cache"]["peak_blocks_in_use"] for worker in reference["workers"])
     return [
         "| figure | reference (`servesim replay`) | Dynamo 1.6.1 (`run_trace_replay`) |",
@@ -253,13 +257,17 @@ def compare(
         f"{dynamo['summary']['first_admission_prefix_cache_reused_ratio']!r} |",
         f"| preemptions | {kv['preemptions']} | "
         f"{sum(cache.preemptions for cache in caches.values())} |",
-        f"| evictions | {kv['evictions']:,} | {sum(dynamo['evictions']):,} (runtime KV events) |",
+        f"| evictions | {kv['evictions']:,} | {sum(dynamo['workers']['evictions']):,} "
+        "(per-worker runtime's KV events) |",
         f"| peak blocks in use (largest worker) | {peak:,} | not recorded |",
         "",
         f"Requests whose reused prompt tokens differ: **{len(differing)}** of {len(rows):,}"
         + (f" (first trace lines: {[line + 1 for line in differing[:5]]})" if differing else "")
         + f". Requests placed on another worker: {placed}; first admitted at another time: "
         f"{admitted}. Workers whose reused tokens or preemptions differ: {workers_differing or 0}. "
+        "The per-worker runtime runs that count Dynamo's evictions reuse the same tokens on "
+        "every worker as `run_trace_replay`: "
+        f"{'yes' if dynamo['workers']['reused'] == by_worker else 'NO'}. "
         "Requests whose reuse would change if blocks were reusable from the end of the pass that "
         f"fills them (R47) rather than from its scheduling (Dynamo): "
         f"{same_pass_dependent(rows, records)}.",
