@@ -135,9 +135,14 @@ def scenario(workers: int) -> dict[str, Any]:
     }
 
 
-def import_trace(source: str, folder: Path, path: Path | None = None) -> dict[str, Any]:
-    """The whole trace (or the one at ``path``) as a workload (through ``servesim import``)."""
-    output = folder / f"{source}.json"
+def import_trace(
+    source: str, folder: Path, path: Path | None = None, *, prefix_hashes: bool = False
+) -> dict[str, Any]:
+    """The whole trace (or the one at ``path``) as a workload (through ``servesim import``);
+    Mooncake's prefix hashes only when asked (a workload 1.1), so that the sections before the
+    KV cache replay the same 1.0 workload as before."""
+    output = folder / f"{source}{'-hashed' if prefix_hashes else ''}.json"
+    hashes = [] if prefix_hashes or source != "mooncake" else ["--no-prefix-hashes"]
     subprocess.run(
         [
             sys.executable,
@@ -148,6 +153,7 @@ def import_trace(source: str, folder: Path, path: Path | None = None) -> dict[st
             str(path or SOURCES[source]),
             "-o",
             str(output),
+            *hashes,
         ],
         check=True,
         capture_output=True,
@@ -207,18 +213,24 @@ def child(arguments: argparse.Namespace) -> None:
         namespace["main"](argv)
     wall = time.perf_counter() - started
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before reading the report
-    summary = json.loads(Path(arguments.output).read_bytes())["summary"]
-    print(
-        json.dumps(
-            {
-                "wall_s": wall,
-                "steps": summary["steps"],
-                "output_tokens": summary["output_tokens"],
-                "requests": summary["requests"],
-                "peak_rss_mib": peak_kib / 1024,
-            }
+    report = json.loads(Path(arguments.output).read_bytes())
+    summary = report["summary"]
+    figures = {
+        "wall_s": wall,
+        "steps": summary["steps"],
+        "output_tokens": summary["output_tokens"],
+        "requests": summary["requests"],
+        "peak_rss_mib": peak_kib / 1024,
+    }
+    if summary.get("kv_cache") is not None:  # R52: what the report says of the cache
+        figures["kv_cache"] = summary["kv_cache"]
+        figures["peak_blocks_in_use"] = max(
+            worker["kv_cache"]["peak_blocks_in_use"] for worker in report["workers"]
         )
-    )
+    figures["rejected"] = summary["rejected"]
+    figures["ttft_p50_us"] = summary["ttft_us"]["p50"]
+    figures["makespan_us"] = summary["makespan_us"]
+    print(json.dumps(figures))
 
 
 def run(
@@ -230,15 +242,19 @@ def run(
     trace: bool,
     implementation: str = "reference",
     timing: dict[str, Any] = TIMING,
+    setup: tuple[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """One replay in a child process; ``setup``, a tag and a scenario, replaces
+    ``scenario(workers)``."""
     kind = timing["model"]["kind"]
+    tag, scenario_document = setup or (f"s{workers}", scenario(workers))
     paths = {
-        "scenario": folder / f"s{workers}.json",
+        "scenario": folder / f"{tag}.json",
         "timing": folder / f"t-{kind}.json",
         "workload": folder / f"{name}.json",
-        "output": folder / f"r-{name}-{implementation}-{kind}.json",
+        "output": folder / f"r-{name}-{tag}-{implementation}-{kind}.json",
     }
-    paths["scenario"].write_text(json.dumps(scenario(workers)))
+    paths["scenario"].write_text(json.dumps(scenario_document))
     paths["timing"].write_text(json.dumps(timing))
     if not paths["workload"].exists():
         paths["workload"].write_text(json.dumps(workload))
@@ -538,6 +554,19 @@ def main() -> int:
         speedup = plain_measured["wall_s"] / measured["regression"]["wall_s"]
         print(f"regression speed-up: {speedup:.1f}x; reports byte-identical: {same}")
         from bench_io import report_tools_section, vidur_section
+        from bench_kv import WORKERS, kv_cache_section
+
+        print("\n== KV cache and prefix caching (issue 10) ==")
+        hashed = import_trace("mooncake", folder, prefix_hashes=True)
+        hashed = tiled(hashed, limit) if limit else hashed
+        hashed_name = f"mooncake-hashed-{len(hashed['requests'])}"
+
+        def replay(tag: str, setup: dict[str, Any]) -> dict[str, Any]:
+            figures = run(folder, hashed_name, hashed, WORKERS, trace=False, setup=(tag, setup))
+            figures.pop("report").unlink()
+            return figures
+
+        kv_cache_section(hashed, scenario(WORKERS), replay, line)
 
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(folder, short=arguments.short, plain_loop=PLAIN_LOOP)

@@ -7,14 +7,17 @@ that a run which measured nothing says so plainly in its last line.
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from servesim.documents import load_document
+from tests.helpers import REPO, load_module
 
 BENCH = REPO / "benchmarks" / "bench.py"
 
@@ -65,3 +68,55 @@ def test_tox_bench_passes_the_variable_through(variable: str) -> None:
     tox = configparser.ConfigParser()
     tox.read(REPO / "tox.ini")
     assert variable in tox["testenv:bench"]["passenv"].split()
+
+
+bench_kv = load_module("bench_kv", REPO / "benchmarks" / "bench_kv.py")
+bench_scenario = load_module("bench", BENCH).scenario
+
+
+def _request(prompt: int, output: int) -> dict[str, Any]:
+    return {"id": "r", "arrival_us": 0, "prompt_tokens": prompt, "max_output_tokens": output}
+
+
+def test_no_eviction_cache_holds_the_largest_share_round_robin_can_route() -> None:
+    # blocks of 64 tokens: 2, 1, 3, 1 and 1 blocks; 2 workers get at most 3 requests each
+    requests = [_request(64, 1), _request(1, 1), _request(128, 64), _request(63, 1), _request(1, 0)]
+    assert bench_kv.no_eviction_blocks(requests, 2) == 3 + 2 + 1
+    assert bench_kv.no_eviction_blocks(requests, 5) == 3
+
+
+def test_the_cached_scenario_is_a_valid_scenario_1_1() -> None:
+    scenario = bench_kv.with_cache(bench_scenario(16), 4096)
+    document = load_document(json.dumps(scenario).encode(), "s.json", "scenario")
+    assert document.version == "1.1"
+    assert scenario["kv_cache"] == {"blocks": 4096, "block_tokens": 64, "prefix_caching": True}
+
+
+def test_the_section_compares_each_cache_with_the_replay_without_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def replay(tag: str, scenario: dict[str, Any]) -> dict[str, Any]:
+        seen.append(scenario)
+        wall = {"no-cache": 2.0, "kv-large": 3.0, "kv-small": 5.0}[tag]
+        kv = {"prefix_reuse_ratio": 0.25, "reused_prompt_tokens": 9, "preemptions": 7}
+        return {
+            "wall_s": wall,
+            "kv_cache": {**kv, "evictions": 0 if tag == "kv-large" else 11},
+            "peak_blocks_in_use": 5,
+            "rejected": 0,
+            "ttft_p50_us": 1_500_000,
+            "makespan_us": 60_000_000,
+        }
+
+    workload = {"requests": [_request(600, 10)] * 3}
+    bench_kv.kv_cache_section(workload, bench_scenario(16), replay, lambda label, _: label)
+    printed = capsys.readouterr().out
+    assert [scenario.get("kv_cache", {}).get("blocks") for scenario in seen] == [
+        None,
+        bench_kv.no_eviction_blocks(workload["requests"], 16),
+        bench_kv.SMALL_CACHE_BLOCKS,
+    ]
+    assert "(a) no eviction 1.50x, (b) pressure 2.50x (target <= 2x)" in printed
+    assert "preemptions 7, evictions 11" in printed

@@ -7,6 +7,7 @@ record_fixture.py from real ai-dynamo 1.6.1 runs); ``tox -e dynamo`` runs the re
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ GOLDEN = ROOT / "golden" / "valid"
 sys.path.insert(0, str(ADAPTER))
 
 from servesim_dynamo import cli, dynamo_runtime  # noqa: E402
+from servesim_dynamo.kv import CacheRecord, cache_record, check_kv_cache  # noqa: E402
 from servesim_dynamo.mapping import (  # noqa: E402
     FixedTiming,
     Unsupported,
@@ -293,6 +295,131 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     assert description["protocol_version"] == 2
 
 
+def test_describe_reads_workload_1_1_writes_report_3_0_and_not_scenario_1_1() -> None:
+    """R53: report 3.0; scenario 1.1 only adds kv_cache, which the adapter cannot state."""
+    versions = cli.description()["schema_versions"]
+    assert versions["report"] == ["3.0"]
+    assert versions["workload"] == ["1.0", "1.1"]
+    assert versions["scenario"] == ["1.0"]
+
+
+def write_case(folder: Path, scenario: dict[str, Any], workload: dict[str, Any]) -> list[str]:
+    """The smoke case's timing profile with ``scenario`` and ``workload``; the CLI arguments."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "scenario.json").write_text(json.dumps(scenario))
+    (folder / "workload.json").write_text(json.dumps(workload))
+    profile = GOLDEN / "dynamo-fixed-smoke" / "timing-profile.json"
+    return [
+        "--scenario",
+        str(folder / "scenario.json"),
+        "--workload",
+        str(folder / "workload.json"),
+        "--timing-profile",
+        str(profile),
+        "--output",
+        str(folder / "report.json"),
+    ]
+
+
+def with_cache(scenario: dict[str, Any], prefix_caching: bool) -> dict[str, Any]:
+    cache = {"blocks": 64, "block_tokens": 4, "prefix_caching": prefix_caching}
+    return dict(scenario, schema_version="1.1", kv_cache=cache)
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_scenario_with_a_kv_cache_is_refused_by_name_without_running_dynamo(
+    prefix_caching: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: pytest.fail("Dynamo was run"))
+    docs = documents("dynamo-fixed-smoke")
+    scenario = with_cache(docs["scenario"], prefix_caching)
+    code = cli.main(write_case(tmp_path, scenario, docs["workload"]))
+    assert code == cli.EXIT_INVALID
+    error = capsys.readouterr().err
+    assert "unsupported feature kv_cache" in error
+    assert "peak_blocks_in_use" in error
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_scenario_1_1_without_a_cache_is_the_1_0_scenario() -> None:
+    scenario = dict(documents("dynamo-fixed-smoke")["scenario"], schema_version="1.1")
+    check_kv_cache(scenario)  # no kv_cache: nothing to refuse
+    with pytest.raises(Unsupported) as caught:
+        check_kv_cache(with_cache(scenario, True))
+    assert caught.value.feature == "kv_cache"
+
+
+def test_prefix_hashes_without_a_cache_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R47/R53: hashes are read, left out of Dynamo's input, and the report is the golden one
+    but for the workload's digest."""
+    docs = documents("dynamo-fixed-smoke")
+    workload = dict(docs["workload"], schema_version="1.1", prefix_hash_block_tokens=4)
+    workload["requests"] = [
+        dict(request, prefix_hashes=[1, 2]) for request in docs["workload"]["requests"]
+    ]
+    specs: list[dict[str, Any]] = []
+    outputs = iter(recorded("dynamo-fixed-smoke").values())
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: specs.append(spec) or next(outputs))
+    code = cli.main(write_case(tmp_path, docs["scenario"], workload))
+    assert code == cli.EXIT_OK
+    timing = FixedTiming(prefill_us=300, decode_us=200)
+    assert specs == [replay_spec(docs["scenario"], docs["workload"]["requests"], [0, 1], timing)]
+    report = json.loads((tmp_path / "report.json").read_bytes())
+    expected = json.loads((GOLDEN / "dynamo-fixed-smoke" / "expected-report.json").read_bytes())
+    written = hashlib.sha256((tmp_path / "workload.json").read_bytes()).hexdigest()
+    assert report["inputs"]["workload"] == {"sha256": written}
+    del report["inputs"], expected["inputs"]  # the documents' bytes differ, not their meaning
+    assert report == expected
+
+
+def preemption_records() -> dict[str, dict[str, Any]]:
+    """Dynamo's records of kv_experiments.py's preemption experiment (trace lines 1 to 3)."""
+    records = json.loads((ADAPTER / "fixtures" / "kv-preemption-records.json").read_text())
+    return {record["session_id"]: record for record in records}
+
+
+def test_recorded_preemption_maps_onto_r52_reuse_and_preemptions() -> None:
+    """request_2 is preempted once and its recompute reuses 8 tokens: R52 counts the first
+    admission's reuse (0) for the request, every admission's (8) for the worker."""
+    records = preemption_records()
+    assert cache_record(records["request_1"]) == CacheRecord((0,))
+    preempted = cache_record(records["request_2"])
+    assert preempted == CacheRecord((0, 8))
+    assert (preempted.reused_prompt_tokens, preempted.reused_tokens) == (0, 8)
+    assert preempted.preemptions == 1
+    assert CacheRecord(()).reused_prompt_tokens == 0  # rejected: never admitted
+
+
+def test_admissions_that_disagree_with_the_readmission_count_are_an_error() -> None:
+    record = copy.deepcopy(preemption_records()["request_2"])
+    record["readmission_count"] = 2
+    with pytest.raises(DynamoResult, match="2 admissions for readmission_count 2"):
+        cache_record(record)
+    record = copy.deepcopy(preemption_records()["request_2"])
+    record["admission_history"][1]["is_readmission"] = False
+    with pytest.raises(DynamoResult, match="out of order"):
+        cache_record(record)
+
+
+def test_prompt_reuse_with_prefix_caching_off_exits_1_without_a_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outputs = copy.deepcopy(recorded("dynamo-fixed-smoke"))
+    (admission,) = outputs["worker 0"]["report"]["per_request"][1]["admission_history"]
+    admission["reused_input_tokens"] = 64
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: outputs["worker 0"])
+    docs = documents("dynamo-fixed-smoke")
+    code = cli.main(write_case(tmp_path, docs["scenario"], docs["workload"]))
+    assert code == cli.EXIT_DYNAMO
+    assert "reused 64 cached prompt tokens with prefix caching off" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()
+
+
 def test_unwritable_output_exits_4_as_the_reference_tool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -312,3 +439,47 @@ def test_unwritable_output_exits_4_as_the_reference_tool(
         ]
     )
     assert code == cli.EXIT_UNWRITABLE
+
+
+def test_mooncake_comparison_matches_records_to_trace_lines_by_round_robin_key() -> None:
+    import mooncake_kv
+
+    rows = [
+        {"timestamp": 100, "input_length": 600, "output_length": 2, "hash_ids": [1, 2]},
+        {"timestamp": 100, "input_length": 600, "output_length": 2, "hash_ids": [1, 3]},
+    ]
+    records = [
+        {
+            "decode_worker_idx": turn,
+            "arrival_time_ms": 0.0,
+            "input_length": 600,
+            "requested_output_length": 2,
+        }
+        for turn in (1, 0)
+    ]
+    matched = mooncake_kv.match_records(rows, records)
+    assert {line: record["decode_worker_idx"] for line, record in matched.items()} == {0: 0, 1: 1}
+
+
+def test_mooncake_comparison_counts_reuse_that_depends_on_registration_time() -> None:
+    """Two 1,024-token prompts with the same hashes admitted in one pass of one worker: the
+    second hits 15 blocks if blocks are reusable when scheduled, none under R47."""
+    import mooncake_kv
+
+    rows = [
+        {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [5, 6]},
+        {"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [5, 6]},
+        {"timestamp": 9, "input_length": 1024, "output_length": 1, "hash_ids": [5, 6]},
+    ]
+
+    def record(admitted: float, ordinal: int) -> dict[str, Any]:
+        return {
+            "decode_worker_idx": 0,
+            "first_admit_ms": admitted,
+            "admission_history": [{"admission_ordinal": ordinal}],
+        }
+
+    together = {0: record(0.0, 0), 1: record(0.0, 1), 2: record(9.0, 2)}
+    assert mooncake_kv.same_pass_dependent(rows, together) == 1
+    apart = {0: record(0.0, 0), 1: record(5.0, 1), 2: record(9.0, 2)}
+    assert mooncake_kv.same_pass_dependent(rows, apart) == 0

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,8 +15,20 @@ from tests.helpers import run_servesim
 
 MOONCAKE = (
     '{"timestamp": 1000, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
-    '{"timestamp": 1000, "input_length": 20, "output_length": 6, "hash_ids": [0, 1]}\n'
+    '{"timestamp": 1000, "input_length": 520, "output_length": 6, "hash_ids": [0, 1]}\n'
     '{"timestamp": 4500, "input_length": 30, "output_length": 7, "hash_ids": [2]}\n'
+)
+#: The first two lines of the shared Mooncake conversation trace, byte for byte: two prompts
+#: that share their first 512-token block (hash 0); 7,322 tokens make exactly 15 blocks.
+MOONCAKE_REAL = (
+    '{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": '
+    "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]}\n"
+    '{"timestamp": 0, "input_length": 7322, "output_length": 490, "hash_ids": '
+    "[0, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27]}\n"
+)
+#: The shared traces, as benchmarks/bench.py finds them: SERVESIM_TRACES, else beside the clone.
+SHARED_TRACES = Path(
+    os.environ.get("SERVESIM_TRACES") or Path(__file__).resolve().parents[2] / "shared" / "traces"
 )
 AZURE = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -28,31 +42,148 @@ def run_import(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     return run_servesim("import", *arguments)
 
 
-def imported(tmp_path: Path, source: str, text: str, *options: str) -> list[dict[str, object]]:
+def imported_document(tmp_path: Path, source: str, text: str, *options: str) -> dict[str, Any]:
+    """The workload ``servesim import`` makes of ``text``, checked by the reference (R1-R4)."""
     trace = tmp_path / "trace"
     trace.write_text(text)
     output = tmp_path / "workload.json"
     result = run_import(source, trace, "-o", output, *options)
     assert result.returncode == 0, result.stderr
-    servesim.read_document(output, "workload")
-    requests: list[dict[str, object]] = json.loads(output.read_text())["requests"]
+    document: dict[str, Any] = servesim.read_document(output, "workload").value
+    return document
+
+
+def imported(tmp_path: Path, source: str, text: str, *options: str) -> list[dict[str, object]]:
+    requests: list[dict[str, object]] = imported_document(tmp_path, source, text, *options)[
+        "requests"
+    ]
     return requests
+
+
+def without_hashes(requests: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: v for k, v in r.items() if k != "prefix_hashes"} for r in requests]
 
 
 def test_mooncake_milliseconds_become_microseconds_from_the_first_record(tmp_path: Path) -> None:
     requests = imported(tmp_path, "mooncake", MOONCAKE)
-    assert requests == [
+    assert without_hashes(requests) == [
         {"id": "mooncake-L1", "arrival_us": 0, "prompt_tokens": 10, "max_output_tokens": 5},
-        {"id": "mooncake-L2", "arrival_us": 0, "prompt_tokens": 20, "max_output_tokens": 6},
+        {"id": "mooncake-L2", "arrival_us": 0, "prompt_tokens": 520, "max_output_tokens": 6},
         {"id": "mooncake-L3", "arrival_us": 3_500_000, "prompt_tokens": 30, "max_output_tokens": 7},
     ]
 
 
-def test_mooncake_says_it_drops_prefix_hashes(tmp_path: Path) -> None:
-    trace = tmp_path / "trace.jsonl"
+def test_mooncake_hash_ids_become_prefix_hashes_of_a_workload_1_1(tmp_path: Path) -> None:
+    document = imported_document(tmp_path, "mooncake", MOONCAKE_REAL)
+    assert document["schema_version"] == "1.1"
+    assert document["prefix_hash_block_tokens"] == 512
+    assert document["requests"] == [
+        {
+            "id": "mooncake-L1",
+            "arrival_us": 0,
+            "prompt_tokens": 6758,
+            "max_output_tokens": 500,
+            "prefix_hashes": list(range(14)),
+        },
+        {
+            "id": "mooncake-L2",
+            "arrival_us": 0,
+            "prompt_tokens": 7322,
+            "max_output_tokens": 490,
+            "prefix_hashes": [0, *range(14, 28)],
+        },
+    ]
+
+
+def test_the_real_lines_are_the_shared_trace_s_first_lines() -> None:
+    trace = SHARED_TRACES / "mooncake" / "conversation_trace.jsonl"
+    if not trace.is_file():
+        pytest.skip(f"the shared traces are not beside this checkout ({trace})")
+    with trace.open() as stream:
+        assert next(stream) + next(stream) == MOONCAKE_REAL
+
+
+def test_hash_block_tokens_is_written_and_bounds_the_hash_count(tmp_path: Path) -> None:
+    text = '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [7, 8]}\n'
+    document = imported_document(tmp_path, "mooncake", text, "--hash-block-tokens", "8")
+    assert document["prefix_hash_block_tokens"] == 8
+    assert document["requests"][0]["prefix_hashes"] == [7, 8]
+    # the same line read with the default 512-token blocks has one hash too many
+    trace = tmp_path / "trace"
+    result = run_import("mooncake", trace, "-o", tmp_path / "w512.json")
+    assert result.returncode == 2
+    assert f"{trace}:1: field 'hash_ids': 2 hashes, more than the 1 blocks of 512" in result.stderr
+    assert "--hash-block-tokens" in result.stderr
+
+
+def test_the_largest_hash_and_a_record_without_hashes_are_imported(tmp_path: Path) -> None:
+    text = (
+        f'{{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [{2**53 - 1}]}}\n'
+        '{"timestamp": 1, "input_length": 600, "output_length": 1}\n'
+        '{"timestamp": 2, "input_length": 0, "output_length": 1, "hash_ids": []}\n'
+    )
+    requests = imported(tmp_path, "mooncake", text)
+    assert [r.get("prefix_hashes") for r in requests] == [[2**53 - 1], None, None]
+
+
+def test_no_prefix_hashes_writes_a_workload_1_0_as_before(tmp_path: Path) -> None:
+    bad_hashes = '{"timestamp": 9000, "input_length": 1, "output_length": 1, "hash_ids": [-1, 2]}\n'
+    document = imported_document(tmp_path, "mooncake", MOONCAKE + bad_hashes, "--no-prefix-hashes")
+    assert document["schema_version"] == "1.0"
+    assert "prefix_hash_block_tokens" not in document
+    assert all("prefix_hashes" not in request for request in document["requests"])
+    assert len(document["requests"]) == 4
+
+
+def test_the_window_keeps_each_request_s_hashes(tmp_path: Path) -> None:
+    requests = imported(tmp_path, "mooncake", MOONCAKE, "--window", "0", "1", "--speedup", "2")
+    assert [(r["id"], r["prefix_hashes"]) for r in requests] == [
+        ("mooncake-L1", [0]),
+        ("mooncake-L2", [0, 1]),
+    ]
+
+
+def test_azure_has_no_hashes_and_stays_a_workload_1_0(tmp_path: Path) -> None:
+    document = imported_document(tmp_path, "azure", AZURE)
+    assert document["schema_version"] == "1.0"
+    assert "prefix_hash_block_tokens" not in document
+    assert all("prefix_hashes" not in request for request in document["requests"])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--hash-block-tokens", "0"), "--hash-block-tokens: expected 1..1048576, found 0"),
+        (("--hash-block-tokens", "1048577"), "expected 1..1048576, found 1048577"),
+        (("--hash-block-tokens", "64", "--no-prefix-hashes"), "not allowed with argument"),
+    ],
+)
+def test_bad_hash_options_are_usage_errors(
+    tmp_path: Path, options: tuple[str, ...], message: str
+) -> None:
+    trace = tmp_path / "trace"
     trace.write_text(MOONCAKE)
-    result = run_import("mooncake", trace, "-o", tmp_path / "w.json")
-    assert "hash_ids were dropped" in result.stderr
+    output = tmp_path / "w.json"
+    result = run_import("mooncake", trace, "-o", output, *options)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not output.exists()
+
+
+def test_hash_block_tokens_for_an_azure_trace_is_a_usage_error(tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(AZURE)
+    result = run_import("azure", trace, "-o", tmp_path / "w.json", "--hash-block-tokens", "64")
+    assert result.returncode == 2
+    assert "--hash-block-tokens: azure traces have no hashes" in result.stderr
+
+
+def test_help_documents_the_hash_options() -> None:
+    result = run_import("--help")
+    assert result.returncode == 0
+    assert "--no-prefix-hashes" in result.stdout
+    assert "--hash-block-tokens" in result.stdout
+    assert "workload 1.0" in result.stdout
 
 
 def test_azure_seven_digit_fractions_floor_to_microseconds(tmp_path: Path) -> None:
@@ -70,6 +201,9 @@ def test_limit_window_and_speedup(tmp_path: Path) -> None:
     assert [r["arrival_us"] for r in faster] == [0, 0, 4_314_579 // 3]
 
 
+HASHED_LINE = '{"timestamp": 9000, "input_length": 600, "output_length": 1, "hash_ids": IDS}\n'
+
+
 @pytest.mark.parametrize(
     ("source", "text", "where"),
     [
@@ -84,6 +218,22 @@ def test_limit_window_and_speedup(tmp_path: Path) -> None:
             ":4: field 'output_length'",
         ),
         ("mooncake", MOONCAKE + "not json\n", ":4: field '(line)'"),
+        *(
+            (
+                "mooncake",
+                MOONCAKE + HASHED_LINE.replace("IDS", ids),
+                f":4: field 'hash_ids': {message}",
+            )
+            for ids, message in [
+                ("[0, -1]", "entry 1: expected an integer 0 to 2^53-1, found -1"),
+                (f"[{2**53}]", f"entry 0: expected an integer 0 to 2^53-1, found {2**53}"),
+                ("[1.0]", "entry 0: expected an integer 0 to 2^53-1, found 1.0"),
+                ("[true]", "entry 0: expected an integer 0 to 2^53-1, found true"),
+                ('["3"]', 'entry 0: expected an integer 0 to 2^53-1, found "3"'),
+                ("7", "expected a list of integers, found 7"),
+                ("[1, 2, 3]", "3 hashes, more than the 2 blocks of 512 tokens"),
+            ]
+        ),
         (
             "mooncake",
             MOONCAKE + '{"timestamp": 10, "input_length": 1, "output_length": 1}\n',
@@ -143,13 +293,18 @@ def test_nothing_selected_exits_2(tmp_path: Path) -> None:
     ],
 )
 def test_real_traces_import_completely(tmp_path: Path, source: str, path: str, count: int) -> None:
-    trace = Path(__file__).resolve().parents[2] / "shared" / "traces" / path
+    trace = SHARED_TRACES / path
     if not trace.is_file():
         pytest.skip(f"the shared traces are not beside this checkout ({trace})")
     output = tmp_path / "workload.json"
     result = run_import(source, trace, "-o", output)
     assert result.returncode == 0, result.stderr
-    assert len(servesim.read_document(output, "workload").value["requests"]) == count
+    requests = servesim.read_document(output, "workload").value["requests"]
+    assert len(requests) == count
+    if source == "mooncake":  # the trace's README: one hash per started block of 512 tokens
+        assert all(
+            len(r.get("prefix_hashes", [])) == -(-r["prompt_tokens"] // 512) for r in requests
+        )
 
 
 @pytest.mark.parametrize("speedup", ["0", "-1", "-0.5"])

@@ -10,10 +10,19 @@ from typing import TextIO
 
 from servesim.documents import load_document
 from servesim.errors import ServesimError
-from servesim.importers import READERS, ImportOptions, select, workload_bytes
+from servesim.importers import (
+    MAX_HASH_BLOCK_TOKENS,
+    MOONCAKE_HASH_BLOCK_TOKENS,
+    READERS,
+    ImportOptions,
+    hash_block_tokens,
+    read_trace,
+    workload_bytes,
+)
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import (
     STANDARD_OUTPUT,
+    int_between,
     non_negative_fraction,
     positive_fraction,
     positive_int,
@@ -43,21 +52,41 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FACTOR",
         help="divide every arrival by FACTOR (rounded down to a microsecond); default 1",
     )
+    hashes = parser.add_mutually_exclusive_group()
+    hashes.add_argument(
+        "--hash-block-tokens",
+        type=int_between(1, MAX_HASH_BLOCK_TOKENS),
+        metavar="N",
+        help="mooncake: the tokens each hash_ids entry covers, written as the workload's "
+        f"prefix_hash_block_tokens; default {MOONCAKE_HASH_BLOCK_TOKENS}, the public Mooncake "
+        "traces' block size",
+    )
+    hashes.add_argument(
+        "--no-prefix-hashes",
+        action="store_true",
+        help="mooncake: drop hash_ids and write a workload 1.0 without prefix_hashes (for "
+        "implementations that read only 1.0); Azure traces have no hashes either way",
+    )
 
 
 def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     window = arguments.window or (Fraction(0), None)
     if window[1] is not None and window[0] >= window[1]:
         parser.error(f"argument --window: START must be below END, found {window[0]} {window[1]}")
+    if arguments.hash_block_tokens is not None and arguments.format != "mooncake":
+        parser.error(f"argument --hash-block-tokens: {arguments.format} traces have no hashes")
+    block_tokens = arguments.hash_block_tokens or MOONCAKE_HASH_BLOCK_TOKENS
     options = ImportOptions(
         limit=arguments.limit,
         window_start_s=window[0],
         window_end_s=window[1],
         speedup=arguments.speedup,
+        hash_block_tokens=None if arguments.no_prefix_hashes else block_tokens,
     )
     try:
-        records = select(READERS[arguments.format](Path(arguments.trace)), options)
-        data, count = workload_bytes(arguments.format, records)
+        records = read_trace(arguments.format, Path(arguments.trace), options)
+        blocks = hash_block_tokens(arguments.format, options)
+        data, count = workload_bytes(arguments.format, records, blocks)
     except ServesimError as error:
         return report_invalid(error)
     except OSError as error:
@@ -74,12 +103,6 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     written = write_output(arguments.output, data, "the workload")
     if written != EXIT_OK:
         return written
-    if arguments.format == "mooncake":
-        print(
-            "servesim: note: Mooncake prefix hash_ids were dropped (the v1 workload cannot hold "
-            "them yet)",
-            file=sys.stderr,
-        )
     print(f"{arguments.output}: {count} requests", file=_status_stream(arguments.output))
     return EXIT_OK
 
@@ -93,8 +116,9 @@ COMMAND = Command(
     name="import",
     description="Import a Mooncake (JSON Lines) or Azure LLM inference (CSV) trace as a "
     "workload. Arrivals are integer microseconds after the first record; request ids are "
-    "<format>-L<line>. Exit 2 on a malformed record, naming the file, line and field; "
-    "nothing is written then.",
+    "<format>-L<line>. A Mooncake trace's hash_ids become each request's prefix_hashes "
+    "(a workload 1.1 with prefix_hash_block_tokens, SPEC.md R47), unless --no-prefix-hashes. "
+    "Exit 2 on a malformed record, naming the file, line and field; nothing is written then.",
     add_arguments=_add_arguments,
     run=_run,
 )

@@ -10,9 +10,10 @@ from __future__ import annotations
 import calendar
 import csv
 import json
+import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,15 @@ from typing import Any
 from servesim.errors import ServesimError
 
 MICROSECONDS_PER_SECOND = 1_000_000
+
+MOONCAKE_HASH_BLOCK_TOKENS = 512
+"""The tokens each ``hash_ids`` entry covers in the public Mooncake traces (FAST'25 release)."""
+
+MAX_HASH_BLOCK_TOKENS = 2**20
+"""The largest ``prefix_hash_block_tokens`` a workload may give (SPEC.md R3)."""
+
+MAX_PREFIX_HASH = 2**53 - 1
+"""The largest prefix hash a workload may hold (R3): every JSON reader keeps it exact."""
 
 
 class MalformedTrace(ServesimError):
@@ -44,6 +54,9 @@ class ImportOptions:
     window_start_s: Fraction = Fraction(0)
     window_end_s: Fraction | None = None
     speedup: Fraction = Fraction(1)
+    hash_block_tokens: int | None = MOONCAKE_HASH_BLOCK_TOKENS
+    """The tokens each prefix hash of the trace covers (R47's H), for a format that has them;
+    ``None`` drops the hashes and writes a workload 1.0, as before prefix caching."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,8 @@ class TraceRecord:
     """Arrival, in microseconds after the trace's first record."""
     prompt_tokens: int
     output_tokens: int
+    prefix_hashes: tuple[int, ...] = ()
+    """R47: the hashes of the prompt's blocks, when the trace has them and they are kept."""
 
 
 def _field(record: dict[str, Any], name: str, file: str, line: int) -> int:
@@ -78,10 +93,46 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise MalformedTrace(file, line, "(line)", message) from None
 
 
-def mooncake_records(path: Path) -> Iterator[TraceRecord]:
-    """Mooncake JSON Lines: ``timestamp`` (ms), ``input_length``, ``output_length``.
+def _hash_ids(
+    record: dict[str, Any], prompt_tokens: int, block_tokens: int, file: str, line: int
+) -> tuple[int, ...]:
+    """A record's ``hash_ids`` as R47's ``prefix_hashes``: integers 0 to 2^53-1, at most one
+    per block of ``block_tokens`` prompt tokens (the last block may be partial). A record
+    without ``hash_ids`` has none."""
+    value = record.get("hash_ids", [])
+    if not isinstance(value, list):
+        found = json.dumps(value)
+        raise MalformedTrace(file, line, "hash_ids", f"expected a list of integers, found {found}")
+    for index, item in enumerate(value):
+        if type(item) is not int or not 0 <= item <= MAX_PREFIX_HASH:
+            raise MalformedTrace(
+                file,
+                line,
+                "hash_ids",
+                f"entry {index}: expected an integer 0 to 2^53-1, found {json.dumps(item)}",
+            )
+    blocks = math.ceil(prompt_tokens / block_tokens)
+    if len(value) > blocks:
+        raise MalformedTrace(
+            file,
+            line,
+            "hash_ids",
+            f"{len(value)} hashes, more than the {blocks} blocks of {block_tokens} tokens "
+            f"of input_length {prompt_tokens} (a trace made with another block size? "
+            "see --hash-block-tokens)",
+        )
+    return tuple(value)
 
-    ``hash_ids`` (prefix blocks) are dropped: the v1 workload has no place for them yet.
+
+def mooncake_records(
+    path: Path, hash_block_tokens: int | None = MOONCAKE_HASH_BLOCK_TOKENS
+) -> Iterator[TraceRecord]:
+    """Mooncake JSON Lines: ``timestamp`` (ms), ``input_length``, ``output_length`` and
+    ``hash_ids``, the hashes of the prompt's blocks of ``hash_block_tokens`` tokens.
+
+    ``hash_ids`` are kept as the request's prefix hashes (R47) and checked, unless
+    ``hash_block_tokens`` is ``None``: then they are ignored, as a workload 1.0 has no place
+    for them.
     """
     file = str(path)
     first_ms: int | None = None
@@ -98,11 +149,19 @@ def mooncake_records(path: Path) -> Iterator[TraceRecord]:
         first_ms = timestamp if first_ms is None else first_ms
         if timestamp < first_ms:
             raise MalformedTrace(file, line, "timestamp", "earlier than the first record")
+        prompt_tokens = _field(record, "input_length", file, line)
+        output_tokens = _field(record, "output_length", file, line)
+        hashes = (
+            ()
+            if hash_block_tokens is None
+            else _hash_ids(record, prompt_tokens, hash_block_tokens, file, line)
+        )
         yield TraceRecord(
             line=line,
             offset_us=(timestamp - first_ms) * 1000,
-            prompt_tokens=_field(record, "input_length", file, line),
-            output_tokens=_field(record, "output_length", file, line),
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            prefix_hashes=hashes,
         )
 
 
@@ -178,29 +237,55 @@ def select(records: Iterator[TraceRecord], options: ImportOptions) -> Iterator[T
         if record.offset_us < start_us or (end_us is not None and record.offset_us >= end_us):
             continue
         offset = int((record.offset_us - start_us) / options.speedup)  # floor: non-negative
-        yield TraceRecord(record.line, offset, record.prompt_tokens, record.output_tokens)
+        yield replace(record, offset_us=offset)
         kept += 1
 
 
-def workload_bytes(source: str, records: Iterator[TraceRecord]) -> tuple[bytes, int]:
-    """A workload document, one request per line so that diffs stay readable; and its size."""
-    lines = [
-        json.dumps(
-            {
-                "id": f"{source}-L{record.line}",
-                "arrival_us": record.offset_us,
-                "prompt_tokens": record.prompt_tokens,
-                "max_output_tokens": record.output_tokens,
-            }
-        )
-        for record in records
-    ]
+def _request(source: str, record: TraceRecord) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "id": f"{source}-L{record.line}",
+        "arrival_us": record.offset_us,
+        "prompt_tokens": record.prompt_tokens,
+        "max_output_tokens": record.output_tokens,
+    }
+    if record.prefix_hashes:
+        request["prefix_hashes"] = list(record.prefix_hashes)
+    return request
+
+
+def workload_bytes(
+    source: str, records: Iterator[TraceRecord], hash_block_tokens: int | None = None
+) -> tuple[bytes, int]:
+    """A workload document, one request per line so that diffs stay readable; and its size.
+
+    With ``hash_block_tokens`` the workload is 1.1 and gives it as ``prefix_hash_block_tokens``
+    (R47), and each request with hashes has ``prefix_hashes``; without, it is 1.0.
+    """
+    lines = [json.dumps(_request(source, record)) for record in records]
     body = ",\n    ".join(lines)
-    text = (
-        '{\n  "document": "workload",\n  "schema_version": "1.0",\n'
-        f'  "requests": [\n    {body}\n  ]\n}}\n'
-    )
+    version = "1.0" if hash_block_tokens is None else "1.1"
+    header = f'{{\n  "document": "workload",\n  "schema_version": "{version}",\n'
+    if hash_block_tokens is not None:
+        header += f'  "prefix_hash_block_tokens": {hash_block_tokens},\n'
+    text = f'{header}  "requests": [\n    {body}\n  ]\n}}\n'
     return text.encode(), len(lines)
 
 
+def read_trace(trace_format: str, path: Path, options: ImportOptions) -> Iterator[TraceRecord]:
+    """The records of a trace of ``trace_format`` that the options keep."""
+    if trace_format == "mooncake":
+        records = mooncake_records(path, options.hash_block_tokens)
+    else:
+        records = READERS[trace_format](path)
+    return select(records, options)
+
+
+def hash_block_tokens(trace_format: str, options: ImportOptions) -> int | None:
+    """The workload's ``prefix_hash_block_tokens``: the options' for a format with prefix
+    hashes (Mooncake), none for one without (Azure)."""
+    return options.hash_block_tokens if trace_format in HASHED_FORMATS else None
+
+
 READERS = {"mooncake": mooncake_records, "azure": azure_records}
+HASHED_FORMATS = frozenset({"mooncake"})
+"""The formats whose records carry prefix hashes."""

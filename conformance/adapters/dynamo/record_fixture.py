@@ -32,6 +32,8 @@ RECORD_MEMBERS = (
     "readmission_count",
     "terminal_status",
     "decode_worker_idx",
+    "reused_input_tokens",
+    "admission_history",
 )
 
 

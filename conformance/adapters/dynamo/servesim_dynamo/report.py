@@ -16,8 +16,13 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from servesim.admission import REJECT_REASONS
-from servesim.report import digest, ratio, statistics, statistics_of_counts
+from servesim.report import (
+    REPORTED_REJECT_REASONS,
+    digest,
+    ratio,
+    statistics,
+    statistics_of_counts,
+)
 from servesim_dynamo.mapping import FixedTiming
 from servesim_dynamo.timeline import DynamoResult, Timeline
 
@@ -98,6 +103,8 @@ def _request_entry(request: dict[str, Any], timeline: Timeline) -> dict[str, Any
         "mean_itl_us": None,
         "e2e_us": None,
         "token_times_us": list(tokens),
+        "reused_prompt_tokens": timeline.cache.reused_prompt_tokens if completed else 0,
+        "preemptions": timeline.cache.preemptions,
     }
     if completed:
         arrival = request["arrival_us"]
@@ -128,6 +135,7 @@ def _worker_entry(
         "prefill_tokens": 0,  # filled in by build_report, which knows the prompts
         "decode_tokens": outputs - len(prefills),
         "output_tokens": outputs,
+        "kv_cache": None,  # R52: the adapter refuses scenarios with a cache (kv.py)
     }
 
 
@@ -150,11 +158,17 @@ def build_report(
                 "arrival, R10); the pass that admits it emits no token, so the worker's passes "
                 "cannot be read off its token times"
             )
+    for timeline in timelines.values():
+        if timeline.cache.reused_tokens:
+            raise DynamoResult(
+                f"request {timeline.id!r}: Dynamo reused {timeline.cache.reused_tokens} cached "
+                "prompt tokens with prefix caching off; without kv_cache nothing is reused (R48)"
+            )
     entries = [_request_entry(request, timelines[request["id"]]) for request in requests]
     first_arrival = min(request["arrival_us"] for request in requests)
     makespan = max(entry["terminal_us"] for entry in entries) - first_arrival
     completed = [entry for entry in entries if entry["outcome"] == "completed"]
-    by_reason = dict.fromkeys(REJECT_REASONS, 0)
+    by_reason = dict.fromkeys(REPORTED_REJECT_REASONS, 0)
     for entry in entries:
         if entry["reject_reason"] is not None:
             by_reason[entry["reject_reason"]] += 1
@@ -187,6 +201,7 @@ def build_report(
         "ttft_us": statistics(entry["ttft_us"] for entry in completed),
         "itl_us": statistics_of_counts(gaps),
         "e2e_us": statistics(entry["e2e_us"] for entry in completed),
+        "kv_cache": None,
     }
     digests: dict[str, dict[str, Any]] = {
         name: {"sha256": digest(data)} for name, data in inputs.items()
@@ -194,7 +209,7 @@ def build_report(
     digests["timing_profile"]["calibration"] = calibration
     return {
         "document": "report",
-        "schema_version": "2.0",
+        "schema_version": "3.0",
         "inputs": digests,
         "summary": summary,
         "workers": workers,

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from servesim_dynamo.errors import DynamoResult
+from servesim_dynamo.kv import CacheRecord, cache_record
 
-class DynamoResult(Exception):
-    """Dynamo's replay failed, or recorded something a servesim report cannot hold (exit 1)."""
+__all__ = ["DynamoResult", "Timeline", "microseconds", "read_worker"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Timeline:
     first_admit_us: int | None
     terminal_us: int
     token_times_us: tuple[int, ...]
+    cache: CacheRecord
+    """Prompt tokens reused at each admission (SPEC.md R48, R52)."""
 
 
 #: How many units in the last place a time Dynamo reports may lie from a whole microsecond.
@@ -79,7 +82,8 @@ def read_worker(output: dict[str, Any], worker: int) -> list[Timeline]:
         if record.get("readmission_count"):
             raise DynamoResult(
                 f"request {request_id!r}: Dynamo preempted it {record['readmission_count']} "
-                "time(s) (KV cache); servesim has no preemption"
+                "time(s) (KV cache); without kv_cache a servesim worker's memory is unlimited "
+                "(R45), so nothing is preempted"
             )
         times = tuple(tokens.get(record["uuid"], []))
         if len(times) != record["output_length"]:
@@ -107,6 +111,7 @@ def read_worker(output: dict[str, Any], worker: int) -> list[Timeline]:
                 else microseconds(admitted, f"admission of {request_id}"),
                 terminal_us=microseconds(record["terminal_time_ms"], f"end of {request_id}"),
                 token_times_us=times,
+                cache=cache_record(record),
             )
         )
     return timelines
