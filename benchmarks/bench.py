@@ -471,6 +471,23 @@ def baseline_line(label: str, figures: dict[str, Any]) -> str:
     )
 
 
+def kv_section(folder: Path, limit: int | None) -> None:
+    """The KV cache section (benchmarks/bench_kv.py) on the Mooncake trace with its hashes."""
+    from bench_kv import WORKERS, kv_cache_section
+
+    print("\n== KV cache and prefix caching (issue 10) ==")
+    hashed = import_trace("mooncake", folder, prefix_hashes=True)
+    hashed = tiled(hashed, limit) if limit else hashed
+    name = f"mooncake-hashed-{len(hashed['requests'])}"
+
+    def replay(tag: str, setup: dict[str, Any]) -> dict[str, Any]:
+        figures = run(folder, name, hashed, WORKERS, trace=False, setup=(tag, setup))
+        figures.pop("report").unlink()
+        return figures
+
+    kv_cache_section(hashed, scenario(WORKERS), replay, line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -488,6 +505,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--no-dynamo", action="store_true", help="skip the Dynamo baseline (and its install)"
+    )
+    parser.add_argument(
+        "--only", choices=["kv"], help="measure only this section (kv: the KV cache, issue 10)"
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -512,6 +532,9 @@ def main() -> int:
         mode = "short" if arguments.short else "full"
         python = sys.version.split()[0]
         print(f"servesim benchmarks ({mode}), python {python}, {os.cpu_count()} cores")
+        if arguments.only == "kv":
+            kv_section(folder, limit)
+            return 0
         print("\n== real traces ==")
         for source in SOURCES:
             workload = import_trace(source, folder)
@@ -557,20 +580,8 @@ def main() -> int:
         speedup = plain_measured["wall_s"] / measured["regression"]["wall_s"]
         print(f"regression speed-up: {speedup:.1f}x; reports byte-identical: {same}")
         from bench_io import report_tools_section, vidur_section
-        from bench_kv import WORKERS, kv_cache_section
 
-        print("\n== KV cache and prefix caching (issue 10) ==")
-        hashed = import_trace("mooncake", folder, prefix_hashes=True)
-        hashed = tiled(hashed, limit) if limit else hashed
-        hashed_name = f"mooncake-hashed-{len(hashed['requests'])}"
-
-        def replay(tag: str, setup: dict[str, Any]) -> dict[str, Any]:
-            figures = run(folder, hashed_name, hashed, WORKERS, trace=False, setup=(tag, setup))
-            figures.pop("report").unlink()
-            return figures
-
-        kv_cache_section(hashed, scenario(WORKERS), replay, line)
-
+        kv_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(folder, short=arguments.short, plain_loop=PLAIN_LOOP)
         print("\n== validate and migrate a mooncake report, 16 workers (issue 16) ==")
