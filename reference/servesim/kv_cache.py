@@ -1,28 +1,33 @@
 """A worker's KV cache: held, cached and free blocks, the prefix registry, eviction (SPEC.md §11).
 
 The cache counts blocks rather than naming each one. A block that is not registered (R47) has
-no identity and at most one holder, so it needs no object: a request's list of blocks holds
-``None`` for it, and the cache only counts how many are free. A registered block is a ``Block``
-object (its identity and its number of holders), found through the registry; when nobody holds
-it, it waits in ``cached`` in order of release number, which is the order eviction takes (R49).
+no identity and one holder, so it needs no name: a request's list of blocks holds ``PRIVATE``
+for it, and the cache only counts how many are free. A registered block is named by its
+identity, which the registry maps to its number of holders; when nobody holds it, it waits in
+``cached`` in order of release number, which is the order eviction takes (R49).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servesim.model import Request
 
-Identity = tuple[int, int]
-"""R47: a block's identity ``(j, prefix)``: its index in the request and the interned number of
-the first ``floor(j / k) + 1`` hashes (``HashPrefixes``). Two identities are equal exactly when
-R47's pairs ``(j, hashes)`` are."""
+Identity = int
+"""R47: a block's identity, R47's pair ``(j, the first floor(j / k) + 1 hashes)`` as one integer:
+``prefix * k + j mod k``, where ``prefix`` is the interned number of those hashes
+(``HashPrefixes``). The prefix's length gives ``floor(j / k)``, so two identities are equal
+exactly when the pairs are; an integer keeps the registry free of millions of small objects."""
 
-HeldBlocks = list["Block | None"]
-"""A running request's blocks 0, 1, ...: ``Block`` for a registered one, ``None`` for one that
-only this request holds and that nobody else could reuse (R46, R47)."""
+PRIVATE = -1
+"""The entry of a block that is not registered in a request's ``HeldBlocks``."""
+
+HeldBlocks = list[int]
+"""A running request's blocks 0, 1, ...: the identity of a registered one, ``PRIVATE`` for one
+that only this request holds and nobody else could reuse (R46, R47)."""
 
 
 @dataclass(slots=True)
@@ -77,25 +82,18 @@ def block_identities(
     if count == 0:
         return []
     numbers = prefixes.numbers(hashes[: (count - 1) // per_hash + 1])
-    return [(j, numbers[j // per_hash]) for j in range(count)]
-
-
-class Block:
-    """A registered block (R47): its identity and how many running requests hold it (R45)."""
-
-    __slots__ = ("holders", "identity")
-
-    def __init__(self, identity: Identity, holders: int) -> None:
-        self.identity = identity
-        self.holders = holders
+    # block j = i * k + r is the r-th engine block of hashed block i
+    offsets = range(per_hash)
+    return [number * per_hash + r for number in numbers for r in offsets][:count]
 
 
 class BlockCache:
     """One worker's cache of ``blocks`` blocks of ``block_tokens`` tokens (R45 to R49).
 
-    ``free`` counts free blocks; ``cached`` maps each registered block nobody holds to its
-    release number, oldest first; every other block is held. So held + cached + free = blocks
-    at every instant (R45) by construction.
+    ``free`` counts free blocks; ``registry`` maps each registered block's identity to its
+    number of holders; ``cached`` maps the identity of each registered block nobody holds to
+    its release number, oldest first. Every other block is held. So held + cached + free =
+    blocks at every instant (R45) by construction.
     """
 
     __slots__ = ("block_tokens", "blocks", "cached", "counters", "free", "next_release", "registry")
@@ -104,8 +102,8 @@ class BlockCache:
         self.blocks = blocks
         self.block_tokens = block_tokens
         self.free = blocks  # R45: initially every block is free
-        self.cached: OrderedDict[Block, int] = OrderedDict()
-        self.registry: dict[Identity, Block] = {}
+        self.cached: OrderedDict[Identity, int] = OrderedDict()
+        self.registry: dict[Identity, int] = {}
         self.next_release = 0
         self.counters = counters
 
@@ -126,64 +124,75 @@ class BlockCache:
         """R49: ``count`` more blocks for a request, each a free one if there is one, else the
         cached block with the smallest release number, evicted. The caller checked
         ``obtainable``."""
-        for _ in range(count):
-            if self.free:
-                self.free -= 1
-            else:
-                self.evict()
-            held.append(None)
+        from_free = min(count, self.free)
+        self.free -= from_free
+        for _ in range(count - from_free):
+            self.evict()
+        held.extend([PRIVATE] * count)
 
     def evict(self) -> None:
         """R49: the least recently released cached block leaves the registry and is taken."""
-        block, _ = self.cached.popitem(last=False)
-        del self.registry[block.identity]
+        identity, _ = self.cached.popitem(last=False)
+        del self.registry[identity]
         self.counters.evictions += 1
 
-    def hits(self, identities: Sequence[Identity], most: int) -> list[Block]:
-        """R48: the registered blocks matching the request's blocks 0, 1, ..., as far as they
-        all match, and at most ``most`` of them."""
-        hits: list[Block] = []
-        for identity in identities[:most]:
-            block = self.registry.get(identity)
-            if block is None:
-                break
-            hits.append(block)
-        return hits
+    def hits(self, identities: Sequence[Identity], most: int) -> list[Identity]:
+        """R48: the request's blocks 0, 1, ... that are registered, as far as they all are,
+        and at most ``most`` of them."""
+        return list(itertools.takewhile(self.registry.__contains__, identities[:most]))
 
-    def hold(self, held: HeldBlocks, hits: list[Block]) -> None:
+    def cached_among(self, hits: list[Identity]) -> int:
+        """How many of a request's hit blocks are cached (held by nobody)."""
+        return list(map(self.registry.__getitem__, hits)).count(0)
+
+    def hold(self, held: HeldBlocks, hits: list[Identity]) -> None:
         """R48: a request admitted with a hit becomes a holder of its hit blocks; a cached one
         becomes held and loses its release number."""
-        for block in hits:
-            if block.holders == 0:
-                del self.cached[block]
-            block.holders += 1
-            held.append(block)
+        registry = self.registry
+        for identity in hits:
+            holders = registry[identity]
+            if holders == 0:
+                del self.cached[identity]
+            registry[identity] = holders + 1
+        held.extend(hits)
 
     def register(
         self, held: HeldBlocks, identities: Sequence[Identity], before: int, after: int
     ) -> None:
         """R47: at the end of a step, register the identified blocks the request filled in it
         (its cached tokens went from ``before`` to ``after``), unless their identity already
-        has a block: such a duplicate stays unregistered."""
+        has a block: such a duplicate stays unregistered (``PRIVATE``)."""
+        registry = self.registry
         first = before // self.block_tokens
-        last = min(after // self.block_tokens, len(identities))
-        for j in range(first, last):
-            identity = identities[j]
-            if identity not in self.registry:
-                block = Block(identity, holders=1)
-                self.registry[identity] = block
-                held[j] = block
+        last = min(after // self.block_tokens, len(identities))  # identified blocks only
+        filled = identities[first:last]
+        if not any(map(registry.__contains__, filled)):  # no duplicate: all at once
+            registry.update(dict.fromkeys(filled, 1))  # each held by its filler
+            held[first:last] = filled
+            return
+        for j, identity in enumerate(filled, first):
+            if identity not in registry:
+                registry[identity] = 1
+                held[j] = identity
 
     def release(self, held: HeldBlocks) -> None:
         """R46: a request releases all its blocks, from its last to its first. A block left
         without holders becomes cached, with the next release number, if it is registered, and
         free otherwise."""
-        for block in reversed(held):
-            if block is None:
-                self.free += 1
-                continue
-            block.holders -= 1
-            if block.holders == 0:
-                self.cached[block] = self.next_release
-                self.next_release += 1
+        registry, cached = self.registry, self.cached
+        registered = [identity for identity in reversed(held) if identity != PRIVATE]
+        self.free += len(held) - len(registered)
+        if all(map((1).__eq__, map(registry.__getitem__, registered))):
+            # the common case, each block held by this request alone: all cached, in order
+            first = self.next_release
+            self.next_release += len(registered)
+            registry.update(dict.fromkeys(registered, 0))
+            cached.update(zip(registered, range(first, self.next_release), strict=True))
+        else:
+            for identity in registered:
+                holders = registry[identity] - 1
+                registry[identity] = holders
+                if holders == 0:
+                    cached[identity] = self.next_release
+                    self.next_release += 1
         held.clear()

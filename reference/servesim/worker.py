@@ -509,8 +509,8 @@ class CachingWorker(Worker):
             reused = len(hits) * block_tokens
             tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
             needed = cache.blocks_for(reused + tokens) - len(hits)
-            cached_hits = sum(1 for block in hits if block.holders == 0)
-            if tokens == 0 or needed > cache.free + len(cache.cached) - cached_hits:
+            evictable = len(cache.cached) - cache.cached_among(hits)
+            if tokens == 0 or needed > cache.free + evictable:
                 break
             self.waiting.popleft()
             cache.hold(head.blocks, hits)  # first, so that no eviction takes a hit block
