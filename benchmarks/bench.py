@@ -2,6 +2,7 @@
 
     python benchmarks/bench.py            # the full set (several minutes)
     python benchmarks/bench.py --short    # what CI runs: small slices, same code paths
+    python benchmarks/bench.py --only kv  # the KV cache section alone (benchmarks/bench_kv.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default ../shared/traces
 beside the clone. Dynamo's replay, the outside baseline, is installed on first use in its own
