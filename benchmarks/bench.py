@@ -2,6 +2,7 @@
 
     python benchmarks/bench.py            # the full set (several minutes)
     python benchmarks/bench.py --short    # what CI runs: small slices, same code paths
+    python benchmarks/bench.py --only kv  # the KV cache section alone (benchmarks/bench_kv.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default ../shared/traces
 beside the clone. Dynamo's replay, the outside baseline, is installed on first use in its own
@@ -189,8 +190,8 @@ def measure(command: list[str]) -> dict[str, Any]:
 
 
 def child(arguments: argparse.Namespace) -> None:
-    """In the child: replay once and print wall seconds, counts and peak RSS."""
-    started = time.perf_counter()
+    """In the child: replay once and print wall and CPU seconds, counts and peak RSS."""
+    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     argv = [
         "replay",
         "--scenario",
@@ -212,7 +213,8 @@ def child(arguments: argparse.Namespace) -> None:
         exec(compile(PLAIN_LOOP.read_text(), str(PLAIN_LOOP), "exec"), namespace)
         namespace["main"](argv)
     wall = time.perf_counter() - started
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # before reading the report
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # before reading the report
+    peak_kib = usage.ru_maxrss
     report = json.loads(Path(arguments.output).read_bytes())
     summary = report["summary"]
     figures = {
@@ -221,6 +223,8 @@ def child(arguments: argparse.Namespace) -> None:
         "output_tokens": summary["output_tokens"],
         "requests": summary["requests"],
         "peak_rss_mib": peak_kib / 1024,
+        # the steadier figure when other work shares the machine
+        "cpu_s": usage.ru_utime - before.ru_utime + usage.ru_stime - before.ru_stime,
     }
     if summary.get("kv_cache") is not None:  # R52: what the report says of the cache
         figures["kv_cache"] = summary["kv_cache"]
@@ -468,6 +472,23 @@ def baseline_line(label: str, figures: dict[str, Any]) -> str:
     )
 
 
+def kv_section(folder: Path, limit: int | None) -> None:
+    """The KV cache section (benchmarks/bench_kv.py) on the Mooncake trace with its hashes."""
+    from bench_kv import WORKERS, kv_cache_section
+
+    print("\n== KV cache and prefix caching (issue 10) ==")
+    hashed = import_trace("mooncake", folder, prefix_hashes=True)
+    hashed = tiled(hashed, limit) if limit else hashed
+    name = f"mooncake-hashed-{len(hashed['requests'])}"
+
+    def replay(tag: str, setup: dict[str, Any]) -> dict[str, Any]:
+        figures = run(folder, name, hashed, WORKERS, trace=False, setup=(tag, setup))
+        figures.pop("report").unlink()
+        return figures
+
+    kv_cache_section(hashed, scenario(WORKERS), replay, line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -485,6 +506,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--no-dynamo", action="store_true", help="skip the Dynamo baseline (and its install)"
+    )
+    parser.add_argument(
+        "--only", choices=["kv"], help="measure only this section (kv: the KV cache, issue 10)"
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -509,6 +533,9 @@ def main() -> int:
         mode = "short" if arguments.short else "full"
         python = sys.version.split()[0]
         print(f"servesim benchmarks ({mode}), python {python}, {os.cpu_count()} cores")
+        if arguments.only == "kv":
+            kv_section(folder, limit)
+            return 0
         print("\n== real traces ==")
         for source in SOURCES:
             workload = import_trace(source, folder)
@@ -554,20 +581,8 @@ def main() -> int:
         speedup = plain_measured["wall_s"] / measured["regression"]["wall_s"]
         print(f"regression speed-up: {speedup:.1f}x; reports byte-identical: {same}")
         from bench_io import report_tools_section, vidur_section
-        from bench_kv import WORKERS, kv_cache_section
 
-        print("\n== KV cache and prefix caching (issue 10) ==")
-        hashed = import_trace("mooncake", folder, prefix_hashes=True)
-        hashed = tiled(hashed, limit) if limit else hashed
-        hashed_name = f"mooncake-hashed-{len(hashed['requests'])}"
-
-        def replay(tag: str, setup: dict[str, Any]) -> dict[str, Any]:
-            figures = run(folder, hashed_name, hashed, WORKERS, trace=False, setup=(tag, setup))
-            figures.pop("report").unlink()
-            return figures
-
-        kv_cache_section(hashed, scenario(WORKERS), replay, line)
-
+        kv_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(folder, short=arguments.short, plain_loop=PLAIN_LOOP)
         print("\n== validate and migrate a mooncake report, 16 workers (issue 16) ==")

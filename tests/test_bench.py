@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from servesim.documents import load_document
-from tests.helpers import REPO, load_module
+from servesim import load_document, replay_documents
+from tests.helpers import REPO, load_module, timing_doc
 
 BENCH = REPO / "benchmarks" / "bench.py"
 
@@ -100,9 +100,11 @@ def test_the_section_compares_each_cache_with_the_replay_without_one(
     def replay(tag: str, scenario: dict[str, Any]) -> dict[str, Any]:
         seen.append(scenario)
         wall = {"no-cache": 2.0, "kv-large": 3.0, "kv-small": 5.0}[tag]
+        cpu = {"no-cache": 1.0, "kv-large": 1.25, "kv-small": 4.0}[tag]
         kv = {"prefix_reuse_ratio": 0.25, "reused_prompt_tokens": 9, "preemptions": 7}
         return {
             "wall_s": wall,
+            "cpu_s": cpu,
             "kv_cache": {**kv, "evictions": 0 if tag == "kv-large" else 11},
             "peak_blocks_in_use": 5,
             "rejected": 0,
@@ -118,5 +120,46 @@ def test_the_section_compares_each_cache_with_the_replay_without_one(
         bench_kv.no_eviction_blocks(workload["requests"], 16),
         bench_kv.SMALL_CACHE_BLOCKS,
     ]
-    assert "(a) no eviction 1.50x, (b) pressure 2.50x (target <= 2x)" in printed
+    assert "(a) no eviction / no cache: wall time 1.50x, CPU time 1.25x" in printed
+    assert "(b) pressure / no cache: wall time 2.50x, CPU time 4.00x" in printed
     assert "preemptions 7, evictions 11" in printed
+
+
+def _cache_counters(workload: dict[str, Any], blocks: int) -> dict[str, Any]:
+    """The summary's ``kv_cache`` of the reference's replay on bench.py's 16 workers."""
+    scenario = bench_kv.with_cache(bench_scenario(16), blocks)
+    documents = [
+        load_document(json.dumps(value).encode(), f"{kind}.json", kind)
+        for kind, value in (
+            ("scenario", scenario),
+            ("workload", workload),
+            ("timing_profile", timing_doc()),
+        )
+    ]
+    counters: dict[str, Any] = json.loads(replay_documents(*documents))["summary"]["kv_cache"]
+    return counters
+
+
+def test_the_no_eviction_cache_evicts_nothing_where_a_smaller_one_does() -> None:
+    # 96 requests at once (6 a worker), each with a private prefix of 3 trace blocks of 512
+    # tokens and a shared first block, so that every worker keeps registering blocks
+    requests = [
+        {
+            **_request(1500 + 37 * index, 20 + index),
+            "id": f"r{index}",
+            "arrival_us": 1000 * index,
+            "prefix_hashes": [0, 3 * index + 1, 3 * index + 2],
+        }
+        for index in range(96)
+    ]
+    workload = {
+        "document": "workload",
+        "schema_version": "1.1",
+        "prefix_hash_block_tokens": 512,
+        "requests": requests,
+    }
+    blocks = bench_kv.no_eviction_blocks(requests, 16)
+    counters = _cache_counters(workload, blocks)
+    assert (counters["evictions"], counters["preemptions"]) == (0, 0)
+    assert counters["reused_prompt_tokens"] > 0
+    assert _cache_counters(workload, blocks // 4)["evictions"] > 0

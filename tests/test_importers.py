@@ -113,7 +113,8 @@ def test_hash_block_tokens_is_written_and_bounds_the_hash_count(tmp_path: Path) 
     result = run_import("mooncake", trace, "-o", tmp_path / "w512.json")
     assert result.returncode == 2
     assert f"{trace}:1: field 'hash_ids': 2 hashes, more than the 1 blocks of 512" in result.stderr
-    assert "--hash-block-tokens" in result.stderr
+    assert "hint: if the trace was hashed with blocks of another size" in result.stderr
+    assert "--hash-block-tokens N" in result.stderr
 
 
 def test_the_largest_hash_and_a_record_without_hashes_are_imported(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from servesim.importers import (
     MOONCAKE_HASH_BLOCK_TOKENS,
     READERS,
     ImportOptions,
+    TooManyHashes,
     hash_block_tokens,
     read_trace,
     workload_bytes,
@@ -87,6 +88,14 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         records = read_trace(arguments.format, Path(arguments.trace), options)
         blocks = hash_block_tokens(arguments.format, options)
         data, count = workload_bytes(arguments.format, records, blocks)
+    except TooManyHashes as error:
+        code = report_invalid(error)
+        print(
+            "servesim: hint: if the trace was hashed with blocks of another size, give it "
+            "with --hash-block-tokens N",
+            file=sys.stderr,
+        )
+        return code
     except ServesimError as error:
         return report_invalid(error)
     except OSError as error:

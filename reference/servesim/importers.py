@@ -40,6 +40,11 @@ class MalformedTrace(ServesimError):
         super().__init__(f"{file}:{line}: field {field!r}: {message}")
 
 
+class TooManyHashes(MalformedTrace):
+    """More ``hash_ids`` than the prompt has blocks: often a trace hashed with another block
+    size, which the caller may suggest giving."""
+
+
 @dataclass(frozen=True)
 class ImportOptions:
     """What to keep and how to scale time.
@@ -113,13 +118,12 @@ def _hash_ids(
             )
     blocks = math.ceil(prompt_tokens / block_tokens)
     if len(value) > blocks:
-        raise MalformedTrace(
+        raise TooManyHashes(
             file,
             line,
             "hash_ids",
             f"{len(value)} hashes, more than the {blocks} blocks of {block_tokens} tokens "
-            f"of input_length {prompt_tokens} (a trace made with another block size? "
-            "see --hash-block-tokens)",
+            f"of input_length {prompt_tokens}",
         )
     return tuple(value)
 
