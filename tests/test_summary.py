@@ -299,3 +299,31 @@ def test_replay_to_standard_output_prints_the_report_alone(
     paths = write_inputs(tmp_path, scenario_doc(), workload_doc(("a", 0, 10, 4)), timing_doc())
     assert main([str(argument) for argument in replay_args(paths, Path("-"))]) == 0
     assert json.loads(capsys.readouterr().out)["document"] == "report"
+
+
+CACHE_CASE = REPO / "golden" / "valid" / "kv-partial-reuse-shared-leading-blocks"
+
+
+def test_a_report_with_a_kv_cache_shows_its_cache_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """R52: the summary's cache line and figures, exact (the ratio is reused over prompt
+    tokens of completed requests); a report without a cache has the same keys, all null."""
+    report = CACHE_CASE / "expected-report.json"
+    written = json.loads(report.read_bytes())["summary"]
+    cache = read_figures(report).kv_cache
+    assert cache is not None
+    assert cache.reused_prompt_tokens == written["kv_cache"]["reused_prompt_tokens"] > 0
+    assert cache.prefix_reuse_ratio == Fraction(
+        written["kv_cache"]["reused_prompt_tokens"], written["prompt_tokens"]
+    )
+    assert main(["summary", str(report)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("kv"))
+    assert f"({cache.reused_prompt_tokens:,} prompt tokens)" in line
+    without = read_figures(GOLDEN_REPORTS[0])
+    assert without.kv_cache is None
+    keys = [figure.key for figure in flat_figures(without)]
+    assert keys == [figure.key for figure in flat_figures(read_figures(report))]
+    assert all(
+        figure.value is None for figure in flat_figures(without) if figure.key.startswith("kv_")
+    )

@@ -40,6 +40,7 @@ __all__ = [
     "Figure",
     "FiguresTap",
     "Inputs",
+    "KvCacheFigures",
     "ReportFigures",
     "Statistics",
     "Value",
@@ -84,6 +85,20 @@ class WorkerSpread:
     routed_max: int
     peak_running: int
     peak_waiting: int
+
+
+@dataclass(frozen=True)
+class KvCacheFigures:
+    """What the report says of the workers' KV caches (R52); only a report 3.0 of a scenario
+    with ``kv_cache`` has them."""
+
+    reused_prompt_tokens: int
+    #: Reused over all prompt tokens of completed requests, exact (R52 writes it rounded).
+    prefix_reuse_ratio: Value
+    preemptions: int
+    evictions: int
+    #: The largest ``peak_blocks_in_use`` of any worker.
+    peak_blocks_in_use: int
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,8 @@ class ReportFigures:
     tpot_us: Statistics
     e2e_us: Statistics
     workers: WorkerSpread
+    #: ``None`` without a cache (every report before 3.0, R53).
+    kv_cache: KvCacheFigures | None = None
 
     def latencies(self) -> tuple[tuple[str, Statistics], ...]:
         """Each latency by its short name, in the order a table shows them."""
@@ -245,7 +262,35 @@ def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
         Figure("workers.peak_running", "peak running", "count", Fraction(spread.peak_running)),
         Figure("workers.peak_waiting", "peak waiting", "count", Fraction(spread.peak_waiting)),
     ]
-    return (*counts, *latencies, *workers)
+    return (*counts, *latencies, *workers, *_kv_cache_flat(figures.kv_cache))
+
+
+#: The cache's figures: key, label and unit (R52).
+_KV_CACHE_FIGURES = (
+    ("kv_cache.reused_prompt_tokens", "reused prompt tokens", "count"),
+    ("kv_cache.prefix_reuse_ratio", "prefix reuse", "percent"),
+    ("kv_cache.preemptions", "preemptions", "count"),
+    ("kv_cache.evictions", "evictions", "count"),
+    ("kv_cache.peak_blocks_in_use", "peak blocks in use", "count"),
+)
+
+
+def _kv_cache_flat(cache: KvCacheFigures | None) -> tuple[Figure, ...]:
+    """The cache's figures; without a cache each is ``None``, so that any two reports have the
+    same figures in the same order (``servesim compare`` pairs them)."""
+    values: tuple[Value, ...] = (None,) * len(_KV_CACHE_FIGURES)
+    if cache is not None:
+        values = (
+            Fraction(cache.reused_prompt_tokens),
+            cache.prefix_reuse_ratio,
+            Fraction(cache.preemptions),
+            Fraction(cache.evictions),
+            Fraction(cache.peak_blocks_in_use),
+        )
+    return tuple(
+        Figure(key, label, unit, value)
+        for (key, label, unit), value in zip(_KV_CACHE_FIGURES, values, strict=True)
+    )
 
 
 def _parts(statistics: Statistics) -> Iterator[tuple[str, str, Value]]:
@@ -320,6 +365,23 @@ def figures_of(value: Any, file: str) -> ReportFigures:
         tpot_us=_tpot_statistics(value["requests"], file),
         e2e_us=_as_written(summary["e2e_us"]),
         workers=_worker_spread(value["workers"], makespan),
+        kv_cache=_kv_cache_figures(summary, value["workers"]),
+    )
+
+
+def _kv_cache_figures(
+    summary: Mapping[str, Any], workers: Sequence[Mapping[str, Any]]
+) -> KvCacheFigures | None:
+    """R52's cache figures, ``None`` when the report has none (``kv_cache`` null or absent)."""
+    cache = summary.get("kv_cache")
+    if cache is None:
+        return None
+    return KvCacheFigures(
+        reused_prompt_tokens=cache["reused_prompt_tokens"],
+        prefix_reuse_ratio=_quotient(cache["reused_prompt_tokens"], summary["prompt_tokens"]),
+        preemptions=cache["preemptions"],
+        evictions=cache["evictions"],
+        peak_blocks_in_use=max(worker["kv_cache"]["peak_blocks_in_use"] for worker in workers),
     )
 
 

@@ -92,6 +92,7 @@ def render(figures: ReportFigures) -> str:
         *_latency_table(figures),
         "",
         *_worker_lines(figures, show),
+        *_kv_cache_lines(figures, show),
     ]
     return "\n".join(lines)
 
@@ -141,6 +142,19 @@ def _worker_lines(figures: ReportFigures, show: Any) -> list[str]:
         f"max {show('workers.utilization_max')} (worker {spread.most_busy_worker})",
         f"             routed {spread.routed_min:,} to {spread.routed_max:,} requests each; "
         f"peak running {spread.peak_running:,}, peak waiting {spread.peak_waiting:,}",
+    ]
+
+
+def _kv_cache_lines(figures: ReportFigures, show: Any) -> list[str]:
+    """R52's cache figures, when the scenario had a cache."""
+    cache = figures.kv_cache
+    if cache is None:
+        return []
+    return [
+        f"kv cache     prefix reuse {show('kv_cache.prefix_reuse_ratio')} "
+        f"({cache.reused_prompt_tokens:,} prompt tokens); {cache.preemptions:,} preemptions, "
+        f"{cache.evictions:,} evictions; peak {cache.peak_blocks_in_use:,} blocks in use "
+        "(largest worker)",
     ]
 
 
