@@ -102,9 +102,173 @@ def timing_profiles(draw: st.DrawFn) -> dict[str, Any]:
     )
 
 
-def input_triples() -> st.SearchStrategy[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+#: (scenario, workload, timing profile).
+Documents = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
+
+
+def input_triples() -> st.SearchStrategy[Documents]:
     """(scenario, workload, timing profile), drawn together."""
     return st.tuples(scenarios(), workloads(), timing_profiles())
+
+
+# --- KV cache, prefix caching and preemption (SPEC.md section 11) -------------------------------
+
+
+def blocks_needed(request: dict[str, Any], block_tokens: int) -> int:
+    """The blocks a request needs alone at its longest: ``ceil((prompt + output) / B)`` (R10)."""
+    tokens: int = request["prompt_tokens"] + request["max_output_tokens"]
+    return -(-tokens // block_tokens)
+
+
+def accepted_before_the_cache(request: dict[str, Any], scheduler: dict[str, Any]) -> bool:
+    """Whether R10's reasons 1 to 4 (those that do not look at the cache) accept ``request``."""
+    prompt, output = request["prompt_tokens"], request["max_output_tokens"]
+    if prompt == 0 or output == 0 or prompt + output > scheduler["max_model_len"]:
+        return False
+    whole = scheduler["prefill"]["mode"] == "whole"
+    return not (whole and prompt > scheduler["max_batched_tokens"])
+
+
+@st.composite
+def hash_chains(draw: st.DrawFn) -> list[int]:
+    """Where each chain of a shared prefix pool leaves chain 0 (R47).
+
+    Chain 0 is ``0, 1, 2, ...``; chain c agrees with it on its first ``d_c`` hashes and then
+    goes its own way, so two requests on different chains still share their first blocks.
+    Shrinks towards one chain (everyone shares everything).
+    """
+    return draw(st.lists(st.integers(0, 3), min_size=0, max_size=2))
+
+
+def chain_hash(divergence: list[int], chain: int, position: int) -> int:
+    """The ``position``-th hash of ``chain`` in the pool ``divergence`` describes."""
+    if chain == 0 or position < divergence[chain - 1]:
+        return position
+    return chain * 100 + position
+
+
+@st.composite
+def prefix_hash_list(
+    draw: st.DrawFn, *, prompt_tokens: int, hash_block_tokens: int, divergence: list[int], own: int
+) -> list[int] | None:
+    """A request's ``prefix_hashes`` (R47), or None for none: a shared chain's leading hashes,
+    then hashes of its own (``own`` makes them unique), never more than
+    ``ceil(prompt_tokens / H)`` in all (R4). Shrinks towards all shared, on chain 0."""
+    most = -(-prompt_tokens // hash_block_tokens)
+    if draw(st.integers(0, 4)) == 4:
+        return None
+    count = draw(st.integers(0, most))
+    chain = draw(st.integers(0, len(divergence)))
+    shared = count - draw(st.integers(0, count))
+    own_hashes = [10_000 * (own + 1) + position for position in range(shared, count)]
+    return [chain_hash(divergence, chain, i) for i in range(shared)] + own_hashes
+
+
+@st.composite
+def kv_workloads(
+    draw: st.DrawFn, *, hash_block_tokens: int, max_size: int = 10, max_prompt: int = 24
+) -> dict[str, Any]:
+    """A workload 1.1 whose requests carry hashes from a small shared pool of prefixes (R47).
+
+    Arrivals bunch together (so requests overlap and contend for blocks), prompts are long
+    enough to span several blocks, and most requests share leading blocks, so prefix hits are
+    real. Now and then a request is one R10 rejects.
+    """
+    divergence = draw(hash_chains())
+    drawn = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 12).map(lambda value: value * 100),
+                st.integers(0, max_prompt),
+                output_lengths(),
+            ),
+            min_size=1,
+            max_size=max_size,
+        )
+    )
+    requests = []
+    for index, (arrival, prompt, output) in enumerate(drawn):
+        request: dict[str, Any] = {
+            "id": f"r{index}",
+            "arrival_us": arrival,
+            "prompt_tokens": prompt,
+            "max_output_tokens": output,
+        }
+        hashes = draw(
+            prefix_hash_list(
+                prompt_tokens=prompt,
+                hash_block_tokens=hash_block_tokens,
+                divergence=divergence,
+                own=index,
+            )
+        )
+        if hashes is not None:
+            request["prefix_hashes"] = hashes
+        requests.append(request)
+    return {
+        "document": "workload",
+        "schema_version": "1.1",
+        "prefix_hash_block_tokens": hash_block_tokens,
+        "requests": requests,
+    }
+
+
+@st.composite
+def cache_blocks(draw: st.DrawFn, *, needed: int) -> int:
+    """A cache size for requests of which the largest needs ``needed`` blocks alone (R10).
+
+    Mostly under pressure: from just enough for the largest request to a few blocks more, so
+    running requests contend, evict (R49) and preempt; sometimes roomy (no pressure at all);
+    sometimes smaller than the largest request, which R10 then rejects (``exceeds_kv_cache``).
+    Shrinks towards just enough.
+    """
+    pressure = draw(st.integers(0, 3))
+    if pressure <= 1:
+        return needed + draw(st.integers(0, 2))
+    if pressure == 2 and needed > 1:
+        return max(1, needed - draw(st.integers(1, 3)))
+    return needed * draw(st.integers(2, 6)) + draw(st.integers(0, 4))
+
+
+@st.composite
+def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2) -> Documents:
+    """(scenario 1.1 with ``kv_cache``, workload 1.1 with prefix hashes, synthetic profile).
+
+    Tiny blocks (1 to 8 tokens) so that prompts of a few tokens span several; the hash block
+    size is a multiple of the engine block (R4, R47); the cache is sized from the workload
+    (``cache_blocks``), so memory pressure, eviction and preemption are common.
+    """
+    block_tokens = draw(st.integers(1, 8))
+    hash_block_tokens = block_tokens * draw(st.integers(1, 3))
+    workload = draw(kv_workloads(hash_block_tokens=hash_block_tokens))
+    scheduler = draw(scheduler_limits())
+    accepted = [r for r in workload["requests"] if accepted_before_the_cache(r, scheduler)]
+    needed = max((blocks_needed(r, block_tokens) for r in accepted), default=1)
+    kv_cache = {
+        "blocks": draw(cache_blocks(needed=needed)),
+        "block_tokens": block_tokens,
+        "prefix_caching": draw(st.integers(0, 3)) != 3,
+    }
+    routing: dict[str, Any] = {"policy": "round_robin"}
+    if draw(st.integers(0, 3)) == 3:
+        routing = {"policy": "random", "seed": draw(st.integers(0, 2**64 - 1))}
+    scenario = {
+        "document": "scenario",
+        "schema_version": "1.1",
+        "fleet": {"workers": draw(st.integers(1, max_workers))},
+        "routing": routing,
+        "scheduler": scheduler,
+        "kv_cache": kv_cache,
+    }
+    return scenario, workload, draw(timing_profiles())
+
+
+@st.composite
+def hashed_input_triples_without_cache(draw: st.DrawFn) -> Documents:
+    """(scenario 1.0, workload 1.1 with prefix hashes, profile): without a cache the hashes
+    must change nothing (R45); H need not be a multiple of anything (R4)."""
+    scenario, _, timing = draw(input_triples())
+    return scenario, draw(kv_workloads(hash_block_tokens=draw(st.integers(1, 8)))), timing
 
 
 #: The largest limits ``scheduler_limits()`` draws, which a generated measured profile claims as
