@@ -153,11 +153,12 @@ def prefix_hash_list(
 ) -> list[int] | None:
     """A request's ``prefix_hashes`` (R47), or None for none: a shared chain's leading hashes,
     then hashes of its own (``own`` makes them unique), never more than
-    ``ceil(prompt_tokens / H)`` in all (R4). Shrinks towards all shared, on chain 0."""
+    ``ceil(prompt_tokens / H)`` in all (R4). Shrinks towards every block hashed, all shared, on
+    chain 0."""
     most = -(-prompt_tokens // hash_block_tokens)
     if draw(st.integers(0, 4)) == 4:
         return None
-    count = draw(st.integers(0, most))
+    count = most - draw(st.integers(0, most))
     chain = draw(st.integers(0, len(divergence)))
     shared = count - draw(st.integers(0, count))
     own_hashes = [10_000 * (own + 1) + position for position in range(shared, count)]
