@@ -1,7 +1,8 @@
 """``servesim migrate``: a chain of small pure steps, and a migrated document replays the same.
 
-The reference's chain has two steps: timing profile 1.0 -> 1.1 (a relabel) and report 1.0 -> 2.0
-(the calibration echo and the trace's step shapes). The chain of the deliberate evolution in
+The reference's chain relabels timing profile, scenario and workload 1.0 -> 1.1, and upgrades
+report 1.0 -> 2.0 (the calibration echo and the trace's step shapes) and 2.0 -> 3.0 (the KV
+cache's members, R53). The chain of the deliberate evolution in
 ``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 2.0) exercises the machinery further, and its
 2.0 reader (``load_scenario_2_0``) stands for an implementation that reads 2.0.
 """
@@ -42,13 +43,43 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = scenario_doc()
+    document = {**scenario_doc(), "schema_version": "1.1"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0",)
+    assert CHAIN.sources("scenario") == ("1.0", "1.1")
+    assert CHAIN.sources("workload") == ("1.0", "1.1")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
-    assert CHAIN.sources("report") == ("1.0", "2.0")
+    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0")
+
+
+@pytest.mark.parametrize(
+    "document",
+    [scenario_doc(max_chunk_tokens=8), workload_doc(("a", 0, 30, 5), ("b", 10, 7, 3))],
+    ids=["scenario", "workload"],
+)
+def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
+    document: dict[str, Any],
+) -> None:
+    """R53: a 1.0 scenario or workload is a 1.1 one with the same meaning."""
+    migrated = CHAIN.migrate(document).document
+    assert migrated == {**document, "schema_version": "1.1"}
+    kind = document["document"]
+    reports = []
+    for version in (document, migrated):
+        inputs = {
+            "scenario": scenario_doc(max_chunk_tokens=8),
+            "workload": workload_doc(("a", 0, 30, 5), ("b", 10, 7, 3)),
+            "timing_profile": timing_doc(),
+            kind: version,
+        }
+        loaded = [
+            load_document(_bytes(value), f"{name}.json", name) for name, value in inputs.items()
+        ]
+        report = json.loads(replay_documents(*loaded, trace=True))
+        del report["inputs"][kind]["sha256"]  # R37: digests are of the bytes read
+        reports.append(report)
+    assert reports[0] == reports[1]
 
 
 def test_timing_profile_1_0_is_relabelled_and_replays_the_same() -> None:
@@ -72,9 +103,24 @@ def test_timing_profile_1_0_is_relabelled_and_replays_the_same() -> None:
     assert strip[0] == strip[1]
 
 
+def _as_report_2_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 2.0 writer writes for the same replay (no cache): 3.0 without R52's members."""
+    old = copy.deepcopy(report)
+    assert old["summary"]["kv_cache"] is None, "a 2.0 report comes from a scenario without a cache"
+    old["schema_version"] = "2.0"
+    for request in old["requests"]:
+        del request["reused_prompt_tokens"], request["preemptions"]
+    del old["summary"]["rejected_by_reason"]["exceeds_kv_cache"], old["summary"]["kv_cache"]
+    for worker in old["workers"]:
+        del worker["kv_cache"]
+    for entry in old["trace"] or []:
+        del entry["kv_blocks_in_use"], entry["preempted"]
+    return old
+
+
 def _as_report_1_0(report: dict[str, Any]) -> dict[str, Any]:
     """What a report 1.0 writer writes for the same replay: 2.0 without its two additions."""
-    old = copy.deepcopy(report)
+    old = _as_report_2_0(report)
     old["schema_version"] = "1.0"
     del old["inputs"]["timing_profile"]["calibration"]
     for entry in old["trace"] or []:
@@ -92,9 +138,33 @@ GOLDEN_REPORTS = [
 
 @pytest.mark.parametrize("path", GOLDEN_REPORTS, ids=lambda path: path.parent.name)
 def test_report_1_0_migrates_to_exactly_the_2_0_report(path: Path) -> None:
-    old = _as_report_1_0(json.loads(path.read_bytes()))
+    current = json.loads(path.read_bytes())
+    old = _as_report_1_0(current)
     load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 1.0 report
+    expected = canonical_bytes(_as_report_2_0(current))
+    assert canonical_bytes(CHAIN.migrate(old, target="2.0").document) == expected
     assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()
+
+
+#: Every golden report of a scenario without a cache: each has a 2.0 form (R53).
+GOLDEN_REPORTS_WITHOUT_CACHE = [
+    path
+    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    if json.loads(path.read_bytes())["summary"]["kv_cache"] is None
+]
+
+
+@pytest.mark.parametrize("path", GOLDEN_REPORTS_WITHOUT_CACHE, ids=lambda path: path.parent.name)
+def test_report_2_0_migrates_to_exactly_the_3_0_report(path: Path) -> None:
+    """R53: the reference's 2.0-equivalent report (3.0 without R52's members) migrates to the
+    very bytes of the 3.0 report the reference writes (the golden report, which
+    tests/test_golden_reports.py checks against the reference)."""
+    old = _as_report_2_0(json.loads(path.read_bytes()))
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 2.0 report
+    migrated = CHAIN.migrate(old)
+    assert [(step.source, step.target) for step in migrated.steps] == [("2.0", "3.0")]
+    load_document(canonical_bytes(migrated.document) + b"\n", "new.json", "report")
+    assert canonical_bytes(migrated.document) + b"\n" == path.read_bytes()
 
 
 def test_fixture_chain_goes_one_version_at_a_time() -> None:
@@ -249,7 +319,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.documents, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes(scenario_doc()))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.1"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0
@@ -268,14 +338,14 @@ def test_servesim_migrate_leaves_a_current_document_byte_for_byte(
 ) -> None:
     source = tmp_path / "workload.json"
     data = (
-        b'{"document":"workload","schema_version":"1.0","requests":'
+        b'{"document":"workload","schema_version":"1.1","requests":'
         b'[{"id":"a","arrival_us":0,"prompt_tokens":1,"max_output_tokens":1}]}'
     )
     source.write_bytes(data)
     output = tmp_path / "out.json"
     assert _run(str(source), "--output", str(output)) == 0
     assert output.read_bytes() == data
-    assert "already workload 1.0; unchanged" in capsys.readouterr().err
+    assert "already workload 1.1; unchanged" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,11 @@ digests. The checksums alone would let an edit through together with a matching 
 ``SHA256SUMS``, so each release's list of digests is itself pinned here, in ``RELEASES``: a
 released file that changes by one byte fails this module whatever else changes with it. A new
 release adds its line to ``RELEASES``; no existing line ever changes.
+
+A release is a run of consecutive ``SHA256SUMS`` lines of one folder. Every kind has its own
+versions (R34), so a folder can gain files after its first release (scenario and workload 1.1
+joined timing profile 1.1); such a later run of lines is a release of its own, pinned as
+``<folder>#<n>`` for the folder's n-th run, and the earlier runs stay pinned unchanged.
 """
 
 from __future__ import annotations
@@ -39,15 +44,24 @@ RELEASES = {
     "2.0": "faa957915dba6fc6db21d00ae4c94a6d3065361d20c2e0fb5154ef05173b71c8",
     "harness/2": "a740285f7446a904b7e0a6d298185114c922951f8f71483f3e5847ed085bcafa",
     "harness/3": "5caecd484849a9bac5622085d3ee23ab8e8cb99cb0e967f0a33cc0113de8c5ea",
+    "1.1#2": "47c0e6bc152a6e3dff9edeb466e83c4e0531be892048b5657d2fb5e4f501cdef",
+    "3.0": "d12010afb416525e5f7de153a6e3ac5625b4fae6e23a8e26c3c23abfdfc78f4f",
 }
 
 
 def release_digests(files: dict[str, bytes]) -> dict[str, str]:
-    """Per release folder, the digest of its lines of ``SHA256SUMS``."""
+    """Per release (a run of consecutive lines of one folder), the digest of its lines of
+    ``SHA256SUMS``; a folder's first run is named by the folder, its n-th by ``<folder>#<n>``."""
     groups: dict[str, list[str]] = {}
+    runs: dict[str, int] = {}
+    previous = None
     for line in files[SUMS].decode("utf-8").splitlines():
-        path = line.split("  ", 1)[1]
-        groups.setdefault(path.rsplit("/", 1)[0], []).append(line)
+        folder = line.split("  ", 1)[1].rsplit("/", 1)[0]
+        if folder != previous:
+            runs[folder] = runs.get(folder, 0) + 1
+            previous = folder
+        release = folder if runs[folder] == 1 else f"{folder}#{runs[folder]}"
+        groups.setdefault(release, []).append(line)
     return {
         release: hashlib.sha256(("\n".join(lines) + "\n").encode()).hexdigest()
         for release, lines in groups.items()

@@ -24,6 +24,7 @@ from servesim.model import (
     Coverage,
     GridTiming,
     Interval,
+    KvCache,
     PrefillKnot,
     RegressionTiming,
     Request,
@@ -401,6 +402,7 @@ def semantic_problems(value: dict[str, Any], kind: str, file: str) -> list[Input
                 )
             else:
                 first_seen[request_id] = index
+        problems.extend(_prefix_hash_problems(value, file))
     elif kind == "scenario":
         scheduler = value["scheduler"]
         if scheduler["max_batched_tokens"] < scheduler["max_num_seqs"]:
@@ -416,6 +418,65 @@ def semantic_problems(value: dict[str, Any], kind: str, file: str) -> list[Input
     elif kind == "timing_profile" and "calibration" in value:
         problems.extend(_measured_profile_problems(value, file))
     return problems
+
+
+def _prefix_hash_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
+    """R4, R47: a request's prefix hashes need the workload's H, and cover no more blocks of H
+    tokens than its prompt has."""
+    problems: list[InputProblem] = []
+    block_tokens = value.get("prefix_hash_block_tokens")
+    for index, request in enumerate(value["requests"]):
+        hashes = request.get("prefix_hashes")
+        if hashes is None:
+            continue
+        where = pointer(["requests", index, "prefix_hashes"])
+        if block_tokens is None:
+            problems.append(
+                InputProblem(
+                    file,
+                    where,
+                    "prefix_hashes need the workload's prefix_hash_block_tokens (the tokens each "
+                    "hash covers), which is missing",
+                )
+            )
+            continue
+        most = -(-request["prompt_tokens"] // block_tokens)
+        if len(hashes) > most:
+            problems.append(
+                InputProblem(
+                    file,
+                    where,
+                    f"{len(hashes)} hashes, but a prompt of {request['prompt_tokens']} tokens has "
+                    f"at most {most} blocks of prefix_hash_block_tokens ({block_tokens}); expected "
+                    f"at most {most}",
+                )
+            )
+    return problems
+
+
+def pair_problems(scenario: Document, workload: Document) -> list[InputProblem]:
+    """R4's check of a scenario and a workload together (R47): with a KV cache, a prefix hash
+    covers whole cache blocks, so ``prefix_hash_block_tokens`` is a multiple of ``block_tokens``.
+
+    Reported at the workload's ``/prefix_hash_block_tokens``, the member to change.
+    """
+    kv_cache = scenario.value.get("kv_cache")
+    hash_tokens = workload.value.get("prefix_hash_block_tokens")
+    if kv_cache is None or hash_tokens is None or hash_tokens % kv_cache["block_tokens"] == 0:
+        return []
+    return [
+        InputProblem(
+            workload.file,
+            "/prefix_hash_block_tokens",
+            f"{hash_tokens} is not a multiple of the scenario's kv_cache.block_tokens "
+            f"({kv_cache['block_tokens']}, in {scenario.file}); expected a multiple of it",
+        )
+    ]
+
+
+def check_pair(scenario: Document, workload: Document) -> None:
+    """Raise ``InvalidInput`` if the scenario and the workload break R4 together."""
+    _raise_if_any(pair_problems(scenario, workload))
 
 
 def _measured_profile_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
@@ -559,6 +620,7 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
     routing = value["routing"]
     scheduler = value["scheduler"]
     prefill = scheduler["prefill"]
+    kv_cache = value.get("kv_cache")
     return Scenario(
         workers=value["fleet"]["workers"],
         routing=Routing(policy=routing["policy"], seed=routing.get("seed")),
@@ -568,6 +630,13 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
             max_model_len=scheduler["max_model_len"],
             prefill_mode=prefill["mode"],
             max_chunk_tokens=prefill.get("max_chunk_tokens"),
+        ),
+        kv_cache=None
+        if kv_cache is None
+        else KvCache(
+            blocks=kv_cache["blocks"],
+            block_tokens=kv_cache["block_tokens"],
+            prefix_caching=kv_cache["prefix_caching"],
         ),
     )
 
@@ -581,9 +650,11 @@ def build_workload(value: dict[str, Any]) -> Workload:
                 arrival_us=item["arrival_us"],
                 prompt_tokens=item["prompt_tokens"],
                 max_output_tokens=item["max_output_tokens"],
+                prefix_hashes=tuple(item.get("prefix_hashes", ())),
             )
             for item in value["requests"]
-        )
+        ),
+        prefix_hash_block_tokens=value.get("prefix_hash_block_tokens"),
     )
 
 

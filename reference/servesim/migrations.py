@@ -6,9 +6,10 @@ output for the same input. Upgrading across several versions is the chain of tho
 step can be reviewed (and tested) on its own, and a version is never skipped.
 
 ``CHAIN`` holds the reference's steps: timing profile 1.0 to 1.1 (a relabel: 1.1 added the
-measured kinds) and report 1.0 to 2.0 (the trace's step shapes and the calibration echo, SPEC.md
-R25, R30). The test fixtures in ``tests/evolution_fixtures/`` exercise the machinery further with
-a 1.1 and a 2.0 scenario.
+measured kinds), scenario and workload 1.0 to 1.1 (relabels: 1.1 added the KV cache and prefix
+hashes, SPEC.md R53), report 1.0 to 2.0 (the trace's step shapes and the calibration echo, SPEC.md
+R25, R30) and report 2.0 to 3.0 (the KV cache's members, R52, R53). The test fixtures in
+``tests/evolution_fixtures/`` exercise the machinery further with made-up scenario versions.
 
 Problems are data (``InputProblem``, with a JSON pointer) like every other input problem, so the
 command line reports them the way it reports an invalid document.
@@ -235,6 +236,29 @@ def trace_entry_shape(entry: Mapping[str, Any], requests: Mapping[str, Any]) -> 
     }
 
 
+def report_2_0_to_3_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 2.0 to 3.0 (R53): R52's KV-cache members, with their values without a cache.
+
+    Exact, not a guess: a 2.0 report comes from a scenario without ``kv_cache`` (scenario 1.1
+    and report 3.0 came together), where nothing is reused, preempted or evicted and no request
+    is rejected for the cache.
+    """
+    upgraded = dict(report)
+    upgraded["requests"] = [
+        {**request, "reused_prompt_tokens": 0, "preemptions": 0} for request in report["requests"]
+    ]
+    summary = dict(report["summary"])
+    summary["rejected_by_reason"] = {**summary["rejected_by_reason"], "exceeds_kv_cache": 0}
+    summary["kv_cache"] = None
+    upgraded["summary"] = summary
+    upgraded["workers"] = [{**worker, "kv_cache": None} for worker in report["workers"]]
+    if report.get("trace") is not None:
+        upgraded["trace"] = [
+            {**entry, "kv_blocks_in_use": None, "preempted": []} for entry in report["trace"]
+        ]
+    return upgraded
+
+
 #: The reference's chain. A new version adds its step here in the same commit as its schema
 #: (tests/test_evolution_release.py checks that every released version has a path to the
 #: current one, and ``servesim schema review`` that a new version comes with its step).
@@ -256,6 +280,32 @@ CHAIN = MigrationChain(
             "synthetic_linear profiles) and each trace entry's shape, from the request's "
             "prompt and token times",
             upgrade=report_1_0_to_2_0,
+        ),
+        Migration(
+            kind="scenario",
+            source="1.0",
+            target="1.1",
+            summary="relabel: 1.1 adds the optional kv_cache, which 1.0 scenarios do not use "
+            "(unlimited memory, R45)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="workload",
+            source="1.0",
+            target="1.1",
+            summary="relabel: 1.1 adds the optional prefix_hash_block_tokens and per-request "
+            "prefix_hashes, which 1.0 workloads do not use",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="2.0",
+            target="3.0",
+            summary="adds the KV cache's members with their values without a cache (R53): "
+            "reused_prompt_tokens 0 and preemptions 0 per request, "
+            "rejected_by_reason.exceeds_kv_cache 0, kv_cache null in the summary and every "
+            "worker, kv_blocks_in_use null and preempted [] per trace entry",
+            upgrade=report_2_0_to_3_0,
         ),
     ),
     current={kind: versions[-1] for kind, versions in SUPPORTED_VERSIONS.items()},

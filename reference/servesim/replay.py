@@ -10,6 +10,8 @@ from servesim.documents import (
     build_scenario,
     build_timing_profile,
     build_workload,
+    check_pair,
+    pair_problems,
     read_document,
 )
 from servesim.errors import InputProblem, InvalidInput
@@ -32,7 +34,12 @@ def replay_chunks(
     trace: bool = False,
     progress: ProgressCallback | None = None,
 ) -> Iterator[bytes]:
-    """The canonical report bytes in pieces, for writing a large report without holding it."""
+    """The canonical report bytes in pieces, for writing a large report without holding it.
+
+    Raises ``InvalidInput`` before simulating if the scenario and the workload break R4
+    together (``read_inputs`` reports that with the other files' problems already).
+    """
+    check_pair(scenario, workload)
     timing = build_timing_profile(timing_profile.value)
     result = simulate(
         build_scenario(scenario.value),
@@ -81,6 +88,8 @@ def read_inputs(
             documents.append(read_document(path, kind))
         except InvalidInput as error:
             problems.extend(error.problems)
+    if not problems:
+        problems.extend(pair_problems(documents[0], documents[1]))
     if problems:
         raise InvalidInput(problems)
     return documents[0], documents[1], documents[2]

@@ -16,8 +16,15 @@ from typing import Any
 
 from servesim.admission import REJECT_REASONS
 from servesim.canonical import canonical_bytes, encoded_array
+from servesim.kv_cache import KvCacheCounters
 from servesim.simulation import SimulationResult
 from servesim.worker import RequestState, Step, Worker
+
+#: R28: every R10 reason ``rejected_by_reason`` counts, in R10's order; ``exceeds_kv_cache``
+#: (R10's rule 5, R52) is listed whether or not the rejection code knows it yet.
+REPORTED_REJECT_REASONS: tuple[str, ...] = tuple(
+    dict.fromkeys((*REJECT_REASONS, "exceeds_kv_cache"))
+)
 
 #: R27: the percentiles every latency statistic reports.
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
@@ -89,8 +96,8 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
 _REQUEST_ENTRY = (
     b'{"arrival_us":%d,"completion_us":%b,"e2e_us":%b,"first_scheduled_us":%b,'
     b'"first_token_us":%b,"id":%b,"mean_itl_us":%b,"outcome":%b,"output_tokens":%d,'
-    b'"prompt_tokens":%d,"queue_us":%b,"reject_reason":%b,"terminal_us":%d,'
-    b'"token_times_us":[%b],"ttft_us":%b,"worker":%b}'
+    b'"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,"reject_reason":%b,'
+    b'"reused_prompt_tokens":%d,"terminal_us":%d,"token_times_us":[%b],"ttft_us":%b,"worker":%b}'
 )
 
 
@@ -127,9 +134,11 @@ def _request_entry(state: RequestState) -> bytes:
         _json(mean_itl_us),
         b'"completed"' if completed else b'"rejected"',
         len(tokens),  # output_tokens
+        state.preemptions,
         request.prompt_tokens,
         _json(queue_us),
         _json(state.reject_reason),
+        state.reused_prompt_tokens,
         state.terminal_us,
         tokens.json_items(),
         _json(ttft_us),
@@ -149,7 +158,7 @@ def _makespan_us(states: list[RequestState]) -> int:
 def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int) -> dict[str, Any]:
     """R28: fleet-wide counts, throughput and latency statistics."""
     completed = [state for state in states if state.reject_reason is None]
-    by_reason = dict.fromkeys(REJECT_REASONS, 0)
+    by_reason = dict.fromkeys(REPORTED_REJECT_REASONS, 0)
     for state in states:
         if state.reject_reason is not None:
             by_reason[state.reject_reason] += 1
@@ -158,12 +167,13 @@ def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int
     gaps: Counter[int] = Counter()
     for state in completed:
         state.token_times_us.count_gaps(gaps)
+    prompt_tokens = sum(state.request.prompt_tokens for state in completed)
     return {
         "requests": len(states),
         "completed": len(completed),
         "rejected": len(states) - len(completed),
         "rejected_by_reason": by_reason,
-        "prompt_tokens": sum(state.request.prompt_tokens for state in completed),
+        "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
         "steps": sum(worker.steps for worker in workers),
         "first_arrival_us": min(state.request.arrival_us for state in states),
@@ -174,6 +184,35 @@ def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int
         "ttft_us": statistics([ttft for _, ttft, _ in latencies]),
         "itl_us": statistics_of_counts(gaps),
         "e2e_us": statistics([e2e for _, _, e2e in latencies]),
+        "kv_cache": _summary_kv_cache(completed, workers, prompt_tokens),
+    }
+
+
+def _summary_kv_cache(
+    completed: list[RequestState], workers: list[Worker], prompt_tokens: int
+) -> dict[str, Any] | None:
+    """R52: the fleet's cache figures; ``None`` without a cache (no worker has counters, R45)."""
+    counters = [worker.kv_counters for worker in workers if worker.kv_counters is not None]
+    if not counters:
+        return None
+    reused = sum(state.reused_prompt_tokens for state in completed)
+    return {
+        "reused_prompt_tokens": reused,
+        "prefix_reuse_ratio": ratio(reused, prompt_tokens),
+        "preemptions": sum(each.preemptions for each in counters),
+        "evictions": sum(each.evictions for each in counters),
+    }
+
+
+def _worker_kv_cache(counters: KvCacheCounters | None) -> dict[str, int] | None:
+    """R52: one worker's cache counters; ``None`` without a cache."""
+    if counters is None:
+        return None
+    return {
+        "peak_blocks_in_use": counters.peak_blocks_in_use,
+        "reused_tokens": counters.reused_tokens,
+        "preemptions": counters.preemptions,
+        "evictions": counters.evictions,
     }
 
 
@@ -191,12 +230,14 @@ def _worker_entry(worker: Worker, makespan_us: int) -> dict[str, Any]:
         "prefill_tokens": worker.prefill_tokens,
         "decode_tokens": worker.decode_tokens,
         "output_tokens": worker.output_tokens,
+        "kv_cache": _worker_kv_cache(worker.kv_counters),
     }
 
 
 #: R30's trace entry with its members in RFC 8785 order; the strings inside are canonical already.
 _TRACE_ENTRY = (
-    b'{"batched_tokens":%d,"decode_requests":%b,"end_us":%d,"prefill":%b,"prefill_tokens":%d,'
+    b'{"batched_tokens":%d,"decode_requests":%b,"end_us":%d,"kv_blocks_in_use":%b,'
+    b'"preempted":%b,"prefill":%b,"prefill_tokens":%d,'
     b'"shape":{"context_tokens":%d,"decode_requests":%d,"prefill_tokens":%d},'
     b'"start_us":%d,"worker":%d}'
 )
@@ -215,6 +256,8 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
     prefill = canonical_bytes(
         [{"id": state.request.id, "tokens": tokens} for state, tokens in step.prefill]
     )
+    kv_blocks_in_use = _json(step.kv_blocks_in_use)
+    preempted = canonical_bytes(step.preempted)
     decoding = len(step.decode)
     batched = decoding + prefill_tokens
     context = step.context_tokens
@@ -223,6 +266,8 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
             batched,
             decode_requests,
             end,
+            kv_blocks_in_use,
+            preempted,
             prefill,
             prefill_tokens,
             context,
@@ -272,7 +317,7 @@ def report_chunks(
     summary = _summary(result.requests, result.workers, makespan_us)
     yield b'{"document":"report","inputs":' + canonical_bytes(digests) + b',"requests":'
     yield from encoded_array(_request_entry(state) for state in result.requests)
-    yield b',"schema_version":"2.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"3.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:
