@@ -20,6 +20,7 @@ REASONS = [
     "zero_max_output_tokens",
     "context_exceeds_max_model_len",
     "prefill_exceeds_step_budget",
+    "exceeds_kv_cache",
 ]
 
 
@@ -59,20 +60,97 @@ class Req:
         self.arrival = d["arrival_us"]
         self.prompt = d["prompt_tokens"]
         self.max_out = d["max_output_tokens"]
+        self.hashes = d.get("prefix_hashes", [])
         self.worker = None
         self.reason = None
-        self.prefilled = 0
+        self.target = self.prompt  # L: the tokens to compute before the next token (R48)
+        self.cached = 0  # cached tokens (R46); without a cache, the tokens computed so far
+        self.blocks = []  # held blocks, block j at index j (R46)
         self.tokens = []
         self.first_sched = None
         self.done_t = None
+        self.reused = 0  # reused_prompt_tokens: h*B at the first admission (R48)
+        self.preemptions = 0
 
     @property
-    def decoding(self):
-        return self.prefilled == self.prompt
+    def decoding(self):  # Decode state: everything up to the last produced token is computed
+        return self.cached >= self.target
+
+
+class Block:
+    """One physical block of a worker's cache (R45): held, cached or free."""
+
+    def __init__(self):
+        self.holders = 0
+        self.identity = None  # its key in the registry while registered (R47)
+        self.release_no = None  # while cached (R46)
+
+
+class Cache:
+    """A worker's KV cache, R45 to R49, kept literally: blocks are made when first taken."""
+
+    def __init__(self, blocks, block_tokens):
+        self.size = blocks
+        self.B = block_tokens
+        self.untouched = blocks  # free blocks never taken yet
+        self.free_list = []  # free blocks taken before (all free blocks are alike)
+        self.cached = {}  # release number -> block, in increasing release number
+        self.registry = {}  # identity -> block (R47)
+        self.next_release = 0
+        self.held = 0
+        self.peak = 0
+        self.reused_tokens = self.preemptions = self.evictions = 0
+
+    def free(self):
+        return self.untouched + len(self.free_list)
+
+    def check(self):  # R45: held + cached + free = blocks
+        assert self.held + len(self.cached) + self.free() == self.size
+
+    def take(self):  # R49: a free block if there is one, else evict the least recently released
+        if self.untouched > 0:
+            self.untouched -= 1
+            b = Block()
+        elif self.free_list:
+            b = self.free_list.pop()
+        else:
+            first = min(self.cached)  # release numbers are unique: no tie
+            b = self.cached.pop(first)
+            b.release_no = None
+            del self.registry[b.identity]
+            b.identity = None
+            self.evictions += 1
+        b.holders = 1
+        self.held += 1
+        return b
+
+    def hold(self, b):  # become one more holder of a registered block (R48)
+        if b.holders == 0:
+            del self.cached[b.release_no]
+            b.release_no = None
+            self.held += 1
+        b.holders += 1
+
+    def release(self, r):  # R46: from the last block to the first
+        for b in reversed(r.blocks):
+            b.holders -= 1
+            if b.holders == 0:
+                self.held -= 1
+                if b.identity is not None:
+                    b.release_no = self.next_release
+                    self.next_release += 1
+                    self.cached[b.release_no] = b
+                else:
+                    self.free_list.append(b)
+        r.blocks = []
+
+
+def ceil_div(a, b):
+    return -(-a // b)
 
 
 class Worker:
-    def __init__(self, i):
+    def __init__(self, i, kv):
         self.i = i
         self.waiting = []  # FIFO
         self.running = []
@@ -82,6 +160,7 @@ class Worker:
         self.peak_running = self.peak_waiting = 0
         self.prefill_tokens = self.decode_tokens = self.output_tokens = 0
         self.inflight = None
+        self.cache = None if kv is None else Cache(kv["blocks"], kv["block_tokens"])
 
 
 class InvalidInput(Exception):
@@ -145,6 +224,83 @@ def check_measured(tp):  # R40, the agreements beyond the schema (R4); list of p
     if cov["context_tokens"]["max"] > lim["max_num_seqs"] * lim["max_model_len"]:
         probs.append("/model/coverage/context_tokens/max: greater than max_num_seqs * "
                      "max_model_len = %d" % (lim["max_num_seqs"] * lim["max_model_len"]))
+    return probs
+
+
+def is_int(x, lo, hi):  # R1: a JSON integer, not a boolean, not 1.0
+    return type(x) is int and lo <= x <= hi
+
+
+def check_kv(scn, wl, input_versions):
+    """The checks of section 11's members (R2, R3, R4, R53): a list of (role, pointer,
+    expected). The rest of R1 to R4 is not checked here (README.md)."""
+    probs = []
+    for role, doc in (("scenario", scn), ("workload", wl)):
+        v = doc.get("schema_version")
+        if v not in input_versions:
+            probs.append((role, "/schema_version", "one of the versions this implementation "
+                          "reads, %s (R2); got %s" % (", ".join(input_versions), json.dumps(v))))
+    if probs:
+        return probs
+    kv = scn.get("kv_cache")
+    if "kv_cache" in scn:
+        if scn["schema_version"] != "1.1":
+            probs.append(("scenario", "/kv_cache", "no kv_cache in a scenario 1.0: it needs "
+                          "schema_version \"1.1\" (R53)"))
+        elif not isinstance(kv, dict):
+            probs.append(("scenario", "/kv_cache", "an object {blocks, block_tokens, "
+                          "prefix_caching} (R45)"))
+        else:
+            for m in ("blocks", "block_tokens", "prefix_caching"):
+                if m not in kv:
+                    probs.append(("scenario", "/kv_cache", "the required member %s (R45)" % m))
+            for m in sorted(kv):
+                if m not in ("blocks", "block_tokens", "prefix_caching"):
+                    probs.append(("scenario", "/kv_cache/" + m.replace("~", "~0")
+                                  .replace("/", "~1"), "no such member (R3)"))
+            if "blocks" in kv and not is_int(kv["blocks"], 1, 2**32 - 1):
+                probs.append(("scenario", "/kv_cache/blocks", "an integer 1 to 2^32-1 (R45)"))
+            if "block_tokens" in kv and not is_int(kv["block_tokens"], 1, 2**20):
+                probs.append(("scenario", "/kv_cache/block_tokens",
+                              "an integer 1 to 2^20 (R45)"))
+            if "prefix_caching" in kv and type(kv["prefix_caching"]) is not bool:
+                probs.append(("scenario", "/kv_cache/prefix_caching", "true or false (R45)"))
+    wv = wl["schema_version"]
+    H = wl.get("prefix_hash_block_tokens")
+    if "prefix_hash_block_tokens" in wl:
+        if wv != "1.1":
+            probs.append(("workload", "/prefix_hash_block_tokens", "no prefix_hash_block_tokens "
+                          "in a workload 1.0: it needs schema_version \"1.1\" (R53)"))
+        elif not is_int(H, 1, 2**20):
+            probs.append(("workload", "/prefix_hash_block_tokens", "an integer 1 to 2^20 (R47)"))
+    for i, r in enumerate(wl.get("requests", [])):
+        if not isinstance(r, dict) or "prefix_hashes" not in r:
+            continue
+        ptr = "/requests/%d/prefix_hashes" % i
+        hs = r["prefix_hashes"]
+        if wv != "1.1":
+            probs.append(("workload", ptr, "no prefix_hashes in a workload 1.0: it needs "
+                          "schema_version \"1.1\" (R53)"))
+            continue
+        if not isinstance(hs, list):
+            probs.append(("workload", ptr, "a list of integers 0 to 2^53-1 (R47)"))
+            continue
+        for n, x in enumerate(hs):
+            if not is_int(x, 0, 2**53 - 1):
+                probs.append(("workload", "%s/%d" % (ptr, n), "an integer 0 to 2^53-1 (R47)"))
+        if "prefix_hash_block_tokens" not in wl:
+            probs.append(("workload", ptr, "prefix_hashes only with the workload's "
+                          "prefix_hash_block_tokens (R4)"))
+        elif is_int(H, 1, 2**20) and type(r.get("prompt_tokens")) is int:
+            most = -(-r["prompt_tokens"] // H)
+            if len(hs) > most:
+                probs.append(("workload", ptr, "at most ceil(prompt_tokens / "
+                              "prefix_hash_block_tokens) = %d hashes, got %d (R4)"
+                              % (most, len(hs))))
+    if (isinstance(kv, dict) and is_int(kv.get("block_tokens"), 1, 2**20)
+            and is_int(H, 1, 2**20) and H % kv["block_tokens"] != 0):
+        probs.append(("workload", "/prefix_hash_block_tokens", "a multiple of the scenario's "
+                      "kv_cache.block_tokens %d, got %d (R4, R47)" % (kv["block_tokens"], H)))
     return probs
 
 
@@ -227,7 +383,7 @@ def uncovered_message(tp, tp_path, shape, worker, start):  # R43's stderr messag
     )
 
 
-def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
+def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.0"):
     N = scn["fleet"]["workers"]
     policy = scn["routing"]["policy"]
     rng = splitmix(scn["routing"]["seed"]) if policy == "random" else None
@@ -238,9 +394,14 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
     mode = sch["prefill"]["mode"]
     mct = sch["prefill"].get("max_chunk_tokens")
     timer = make_timer(tp)
+    kv = scn.get("kv_cache")  # R45
+    B = kv["block_tokens"] if kv else None
+    caching = bool(kv and kv["prefix_caching"])
+    H = wl.get("prefix_hash_block_tokens")
+    k = H // B if (kv and H) else None  # engine blocks per hashed block (R47)
 
     reqs = [Req(i, d) for i, d in enumerate(wl["requests"])]
-    workers = [Worker(i) for i in range(N)]
+    workers = [Worker(i, kv) for i in range(N)]
     heap = []
     seq = [0]
 
@@ -261,35 +422,131 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
             w.sched_pending = True
             push(now, 2, w)
 
+    def identity(r, j):  # R47: None when block j of r is not identified
+        if not caching or not r.hashes:
+            return None
+        if (j + 1) * B > r.prompt or j >= k * len(r.hashes):
+            return None
+        return (j, tuple(r.hashes[: j // k + 1]))
+
+    def preempt(w, v, preempted):  # R49, the victim's four actions in order
+        w.running.remove(v)
+        w.cache.release(v)
+        v.cached = 0
+        v.target = v.prompt + len(v.tokens)
+        w.waiting.insert(0, v)
+        w.peak_waiting = max(w.peak_waiting, len(w.waiting))  # QUESTIONS-kv.md, Q3
+        v.preemptions += 1
+        w.cache.preemptions += 1
+        preempted.append(v.id)
+
+    def obtain(w, r, new_cached, given, preempted):
+        """R49: give running request r the blocks for new_cached cached tokens, preempting
+        victims while they cannot be had; False when r itself was the victim."""
+        c = w.cache
+        n = ceil_div(new_cached, B) - len(r.blocks)
+        while c.free() + len(c.cached) < n:
+            victim = r
+            for x in reversed(w.running):
+                if x is not r and x not in given:
+                    victim = x
+                    break
+            preempt(w, victim, preempted)
+            if victim is r:
+                return False
+        for _ in range(n):
+            r.blocks.append(c.take())
+        return True
+
     def form_step(w, now):
         budget = mbt
-        decode = [r for r in w.running if r.decoding]
-        budget -= len(decode)
-        allot = []
-        for r in w.running:
-            if not r.decoding:
-                a = min(r.prompt - r.prefilled, mct, budget)
-                if a > 0:
-                    allot.append((r, a))
-                    budget -= a
-        while w.waiting and budget > 0 and len(w.running) < max_seqs:
-            h = w.waiting[0]
-            if mode == "whole":
-                a = h.prompt if h.prompt <= budget else 0
+        given = []  # requests given a decode token or an allotment in this step
+        preempted = []
+        decode = []
+        # R17 / R50.1: decode first
+        for r in list(w.running):
+            if r not in w.running or not r.decoding:
+                continue  # preempted by an earlier request, or in Prefill
+            if w.cache is not None and not obtain(w, r, r.cached + 1, given, preempted):
+                continue
+            decode.append(r)
+            given.append(r)
+            budget -= 1
+        allot = []  # (request, allotment, cached tokens before)
+        # R18 / R50.2: running prefills
+        for r in list(w.running):
+            if r not in w.running or r.decoding or r in given:
+                continue
+            if budget <= 0:
+                break
+            rem = r.target - r.cached
+            a = min(rem, mct, budget) if mode == "chunked" else min(rem, budget)
+            if w.cache is not None and not obtain(w, r, r.cached + a, given, preempted):
+                continue
+            allot.append((r, a, r.cached))
+            given.append(r)
+            budget -= a
+        for r in decode:
+            r.cached += 1  # R46: the step computes the last produced token's keys and values
+        for r, a, _ in allot:
+            r.cached += a
+        # R19 / R50.3: admission, only when nobody was preempted
+        while not preempted and w.waiting and budget > 0 and len(w.running) < max_seqs:
+            hd = w.waiting[0]
+            L = hd.prompt + len(hd.tokens)  # R48
+            hits = []
+            if w.cache is not None:
+                while len(hits) < (L - 1) // B:
+                    ident = identity(hd, len(hits))
+                    if ident is None or ident not in w.cache.registry:
+                        break
+                    hits.append(w.cache.registry[ident])
+            h = len(hits)
+            rem = L - h * B if w.cache is not None else L
+            if mode == "chunked":
+                a = min(rem, mct, budget)
+            elif hd.preemptions > 0:
+                a = min(rem, budget)  # R50.3: a recompute in "whole" mode
             else:
-                a = min(h.prompt - h.prefilled, mct, budget)
+                a = rem if rem <= budget else 0
             if a == 0:
                 break
+            if w.cache is not None:
+                need = ceil_div(h * B + a, B) - h
+                own_cached = sum(1 for b in hits if b.holders == 0)
+                if need > w.cache.free() + len(w.cache.cached) - own_cached:
+                    break
             w.waiting.pop(0)
-            w.running.append(h)
-            h.first_sched = now
-            allot.append((h, a))
+            hd.target = L
+            hd.cached = 0
+            if w.cache is not None:
+                for b in hits:
+                    w.cache.hold(b)
+                hd.blocks = list(hits)
+                for _ in range(need):
+                    hd.blocks.append(w.cache.take())
+                hd.cached = h * B
+                if hd.preemptions == 0:
+                    hd.reused = h * B
+                w.cache.reused_tokens += h * B
+            w.running.append(hd)
+            if hd.first_sched is None:
+                hd.first_sched = now
+            allot.append((hd, a, hd.cached))
+            hd.cached += a
             budget -= a
         w.peak_running = max(w.peak_running, len(w.running))
         D = len(decode)
         C = sum(r.prompt + len(r.tokens) for r in decode)  # R22: context at the step's start
-        P = sum(a for _, a in allot)
+        P = sum(a for _, a, _ in allot)
         assert D + P >= 1
+        in_use = None
+        if w.cache is not None:
+            w.cache.check()
+            in_use = w.cache.held
+            w.cache.peak = max(w.cache.peak, in_use)
+            for r in w.running:  # R21: a running request holds the blocks of its cached tokens
+                assert len(r.blocks) == ceil_div(r.cached, B)
         dur = timer(D, C, P)
         if dur is None:
             raise OutOfCoverage(uncovered_message(tp, tp_path, (D, C, P), w.i, now))
@@ -303,18 +560,20 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
         w.decode_tokens += D
         w.inflight = (decode, allot)
         if trace_on:
-            trace.append(
-                {
-                    "worker": w.i,
-                    "start_us": now,
-                    "end_us": end,
-                    "decode_requests": [r.id for r in decode],
-                    "prefill": [{"id": r.id, "tokens": a} for r, a in allot],
-                    "prefill_tokens": P,
-                    "batched_tokens": D + P,
-                    "shape": {"decode_requests": D, "context_tokens": C, "prefill_tokens": P},
-                }
-            )
+            entry = {
+                "worker": w.i,
+                "start_us": now,
+                "end_us": end,
+                "decode_requests": [r.id for r in decode],
+                "prefill": [{"id": r.id, "tokens": a} for r, a, _ in allot],
+                "prefill_tokens": P,
+                "batched_tokens": D + P,
+                "shape": {"decode_requests": D, "context_tokens": C, "prefill_tokens": P},
+            }
+            if report_version == "3.0":
+                entry["kv_blocks_in_use"] = in_use
+                entry["preempted"] = preempted
+            trace.append(entry)
         push(end, 0, w)
 
     def complete_step(w, now):
@@ -323,19 +582,38 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
         for r in decode:
             r.tokens.append(now)
             w.output_tokens += 1
-        for r, a in allot:
-            r.prefilled += a
-            if r.prefilled == r.prompt:
+        for r, a, before in allot:
+            if before < r.target <= before + a:  # its prefill or recompute completes (R20, R51)
                 r.tokens.append(now)
                 w.output_tokens += 1
+        step_reqs = [r for r in w.running if r in decode or any(r is x for x, _, _ in allot)]
         keep = []
+        done = []
         for r in w.running:
             if len(r.tokens) == r.max_out:
                 r.done_t = now
                 w.completed += 1
+                done.append(r)
             else:
                 keep.append(r)
         w.running = keep
+        if w.cache is not None:
+            c = w.cache
+            # R51, R47: registration, each request of the step in running order
+            fills = {id(r): (r.cached - 1, r.cached) for r in decode}
+            for r, a, before in allot:
+                fills[id(r)] = (before, before + a)
+            for r in step_reqs:
+                lo, hi = fills[id(r)]
+                for j in range(len(r.blocks)):
+                    if lo < (j + 1) * B <= hi:
+                        ident = identity(r, j)
+                        if ident is not None and ident not in c.registry:
+                            c.registry[ident] = r.blocks[j]
+                            r.blocks[j].identity = ident
+            for r in done:  # then the completed requests release their blocks (R46)
+                c.release(r)
+            c.check()
         w.busy = False
         maybe_schedule(w, now)
 
@@ -353,12 +631,14 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
                 r.reason = REASONS[2]
             elif mode == "whole" and r.prompt > mbt:
                 r.reason = REASONS[3]
+            elif kv and r.prompt + r.max_out > kv["blocks"] * kv["block_tokens"]:
+                r.reason = REASONS[4]
             if r.reason is not None:
                 r.done_t = r.arrival
                 continue
-            k = routed_count[0]
+            n = routed_count[0]
             routed_count[0] += 1
-            wi = k % N if policy == "round_robin" else next(rng) % N
+            wi = n % N if policy == "round_robin" else next(rng) % N
             w = workers[wi]
             r.worker = wi
             w.routed += 1
@@ -370,66 +650,72 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
             w.sched_pending = False
             form_step(w, t)
 
-    # report
+    return build_report(reqs, workers, trace if trace_on else None, kv, report_version)
+
+
+def build_report(reqs, workers, trace, kv, report_version):
+    v3 = report_version == "3.0"
     first_arrival = min(r.arrival for r in reqs)
     makespan = max(r.done_t for r in reqs) - first_arrival
     req_out = []
     completed = [r for r in reqs if r.reason is None]
     for r in reqs:
         if r.reason is not None:
-            req_out.append(
-                {
-                    "id": r.id,
-                    "worker": None,
-                    "outcome": "rejected",
-                    "reject_reason": r.reason,
-                    "prompt_tokens": r.prompt,
-                    "output_tokens": 0,
-                    "arrival_us": r.arrival,
-                    "terminal_us": r.arrival,
-                    "first_scheduled_us": None,
-                    "first_token_us": None,
-                    "completion_us": None,
-                    "queue_us": None,
-                    "ttft_us": None,
-                    "mean_itl_us": None,
-                    "e2e_us": None,
-                    "token_times_us": [],
-                }
-            )
+            e = {
+                "id": r.id,
+                "worker": None,
+                "outcome": "rejected",
+                "reject_reason": r.reason,
+                "prompt_tokens": r.prompt,
+                "output_tokens": 0,
+                "arrival_us": r.arrival,
+                "terminal_us": r.arrival,
+                "first_scheduled_us": None,
+                "first_token_us": None,
+                "completion_us": None,
+                "queue_us": None,
+                "ttft_us": None,
+                "mean_itl_us": None,
+                "e2e_us": None,
+                "token_times_us": [],
+            }
         else:
             ft, ct = r.tokens[0], r.tokens[-1]
             n = len(r.tokens)
-            req_out.append(
-                {
-                    "id": r.id,
-                    "worker": r.worker,
-                    "outcome": "completed",
-                    "reject_reason": None,
-                    "prompt_tokens": r.prompt,
-                    "output_tokens": n,
-                    "arrival_us": r.arrival,
-                    "terminal_us": r.done_t,
-                    "first_scheduled_us": r.first_sched,
-                    "first_token_us": ft,
-                    "completion_us": ct,
-                    "queue_us": r.first_sched - r.arrival,
-                    "ttft_us": ft - r.arrival,
-                    "mean_itl_us": None if n == 1 else q(ct - ft, n - 1),
-                    "e2e_us": ct - r.arrival,
-                    "token_times_us": list(r.tokens),
-                }
-            )
+            e = {
+                "id": r.id,
+                "worker": r.worker,
+                "outcome": "completed",
+                "reject_reason": None,
+                "prompt_tokens": r.prompt,
+                "output_tokens": n,
+                "arrival_us": r.arrival,
+                "terminal_us": r.done_t,
+                "first_scheduled_us": r.first_sched,
+                "first_token_us": ft,
+                "completion_us": ct,
+                "queue_us": r.first_sched - r.arrival,
+                "ttft_us": ft - r.arrival,
+                "mean_itl_us": None if n == 1 else q(ct - ft, n - 1),
+                "e2e_us": ct - r.arrival,
+                "token_times_us": list(r.tokens),
+            }
+        if v3:  # R52
+            e["reused_prompt_tokens"] = r.reused
+            e["preemptions"] = r.preemptions
+        req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
+    prompt_tokens = sum(r.prompt for r in completed)
     gaps = []
     for r in completed:
         gaps.extend(b - a for a, b in zip(r.tokens, r.tokens[1:]))
+    reasons = REASONS if v3 else REASONS[:4]
     summary = {
         "requests": len(reqs),
         "completed": len(completed),
         "rejected": len(reqs) - len(completed),
-        "rejected_by_reason": {k: sum(1 for r in reqs if r.reason == k) for k in REASONS},
-        "prompt_tokens": sum(r.prompt for r in completed),
+        "rejected_by_reason": {x: sum(1 for r in reqs if r.reason == x) for x in reasons},
+        "prompt_tokens": prompt_tokens,
         "output_tokens": out_tokens,
         "steps": sum(w.steps for w in workers),
         "first_arrival_us": first_arrival,
@@ -441,8 +727,20 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
         "e2e_us": stats([r.tokens[-1] - r.arrival for r in completed]),
         "itl_us": stats(gaps),
     }
-    wout = [
-        {
+    if v3:
+        if kv is None:
+            summary["kv_cache"] = None
+        else:
+            reused = sum(r.reused for r in completed)
+            summary["kv_cache"] = {
+                "reused_prompt_tokens": reused,
+                "prefix_reuse_ratio": q(reused, prompt_tokens),
+                "preemptions": sum(w.cache.preemptions for w in workers),
+                "evictions": sum(w.cache.evictions for w in workers),
+            }
+    wout = []
+    for w in workers:
+        e = {
             "worker": w.i,
             "routed": w.routed,
             "completed": w.completed,
@@ -455,11 +753,18 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile"):
             "decode_tokens": w.decode_tokens,
             "output_tokens": w.output_tokens,
         }
-        for w in workers
-    ]
-    if trace_on:
+        if v3:
+            c = w.cache
+            e["kv_cache"] = None if c is None else {
+                "peak_blocks_in_use": c.peak,
+                "reused_tokens": c.reused_tokens,
+                "preemptions": c.preemptions,
+                "evictions": c.evictions,
+            }
+        wout.append(e)
+    if trace is not None:
         trace.sort(key=lambda s: (s["start_us"], s["worker"]))
-    return summary, wout, req_out, (trace if trace_on else None)
+    return summary, wout, req_out, trace
 
 
 def main(argv=None):
@@ -472,19 +777,27 @@ def main(argv=None):
     rp.add_argument("--output")
     rp.add_argument("--trace", action="store_true")
     rp.add_argument("--describe", action="store_true")
+    rp.add_argument(
+        "--report-version",
+        choices=["2.0", "3.0"],
+        default="3.0",
+        help="report 3.0 (R31; reads scenario and workload 1.0 and 1.1), or 2.0 for a harness "
+        "that has no released report 3.0 yet (reads them at 1.0 only, R2)",
+    )
     a = ap.parse_args(argv)
+    input_versions = ["1.0", "1.1"] if a.report_version == "3.0" else ["1.0"]
     if a.describe:  # the conformance handshake (conformance/README.md)
         print(
             json.dumps(
                 {
                     "name": "servesim-independent",
-                    "version": "0.2.0",
+                    "version": "0.3.0",
                     "protocol_version": 2,
                     "schema_versions": {
-                        "scenario": ["1.0"],
-                        "workload": ["1.0"],
+                        "scenario": input_versions,
+                        "workload": input_versions,
                         "timing_profile": ["1.0", "1.1"],
-                        "report": ["2.0"],
+                        "report": [a.report_version],
                     },
                     "features": [
                         "prefill.chunked",
@@ -513,9 +826,16 @@ def main(argv=None):
         for pr in problems:
             print("error: %s: %s (R40)" % (a.timing_profile, pr), file=sys.stderr)
         return 2
+    paths = {"scenario": a.scenario, "workload": a.workload}
+    problems = check_kv(docs["scenario"], docs["workload"], input_versions)
+    if problems:
+        for role, pointer, expected in problems:
+            print("error: %s: %s: expected %s" % (paths[role], pointer, expected),
+                  file=sys.stderr)
+        return 2
     try:
         summary, wout, rout, trace = simulate(
-            docs["scenario"], docs["workload"], tp, a.trace, a.timing_profile
+            docs["scenario"], docs["workload"], tp, a.trace, a.timing_profile, a.report_version
         )
     except InvalidInput as e:
         print("error: %s" % e, file=sys.stderr)
@@ -527,7 +847,7 @@ def main(argv=None):
     inputs["timing_profile"]["calibration"] = tp.get("calibration")  # R25
     report = {
         "document": "report",
-        "schema_version": "2.0",
+        "schema_version": a.report_version,
         "inputs": inputs,
         "summary": summary,
         "workers": wout,
