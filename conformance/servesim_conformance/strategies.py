@@ -156,13 +156,42 @@ def prefix_hash_list(
     ``ceil(prompt_tokens / H)`` in all (R4). Shrinks towards every block hashed, all shared, on
     chain 0."""
     most = -(-prompt_tokens // hash_block_tokens)
-    if draw(st.integers(0, 4)) == 4:
+    if draw(st.integers(0, 5)) == 5:
         return None
     count = most - draw(st.integers(0, most))
     chain = draw(st.integers(0, len(divergence)))
-    shared = count - draw(st.integers(0, count))
+    shared = count if draw(st.integers(0, 2)) < 2 else draw(st.integers(0, count))
     own_hashes = [10_000 * (own + 1) + position for position in range(shared, count)]
     return [chain_hash(divergence, chain, i) for i in range(shared)] + own_hashes
+
+
+@st.composite
+def kv_scheduler_limits(draw: st.DrawFn) -> dict[str, Any]:
+    """Scheduler limits for a run with a cache: several sequences at once (one alone never
+    contends for blocks), a budget and a model length that accept most prompts (R4, R10), and
+    one time in ten a tight model length. Shrinks towards two sequences and whole prefill."""
+    max_num_seqs = draw(st.integers(2, 4)) if draw(st.integers(0, 5)) < 5 else 1
+    max_batched_tokens = draw(st.integers(max(max_num_seqs, 16), 32))
+    tight = draw(st.integers(0, 9)) == 9
+    max_model_len = draw(st.integers(1, 30)) if tight else draw(st.integers(40, 64))
+    prefill: dict[str, Any] = {"mode": "whole"}
+    if draw(st.booleans()):
+        prefill = {"mode": "chunked", "max_chunk_tokens": draw(st.integers(1, 12))}
+    return {
+        "max_num_seqs": max_num_seqs,
+        "max_batched_tokens": max_batched_tokens,
+        "max_model_len": max_model_len,
+        "prefill": prefill,
+    }
+
+
+@st.composite
+def kv_output_lengths(draw: st.DrawFn) -> int:
+    """Mostly 1 to 16 tokens, long enough to cross block boundaries while decoding (R46); one
+    time in twenty an extreme value (R10). Shrinks towards 1."""
+    if draw(st.integers(0, 19)) == 19:
+        return draw(st.sampled_from(EXTREME_OUTPUTS))
+    return draw(st.integers(1, 16))
 
 
 @st.composite
@@ -180,8 +209,9 @@ def kv_workloads(
         st.lists(
             st.tuples(
                 st.integers(0, 12).map(lambda value: value * 100),
-                st.integers(0, max_prompt),
-                output_lengths(),
+                # one time in 25 an empty prompt (R10); shrinks towards 1
+                st.integers(1, max_prompt + 1).map(lambda v: 0 if v > max_prompt else v),
+                kv_output_lengths(),
             ),
             min_size=1,
             max_size=max_size,
@@ -223,10 +253,10 @@ def cache_blocks(draw: st.DrawFn, *, needed: int) -> int:
     sometimes smaller than the largest request, which R10 then rejects (``exceeds_kv_cache``).
     Shrinks towards just enough.
     """
-    pressure = draw(st.integers(0, 3))
-    if pressure <= 1:
+    pressure = draw(st.integers(0, 4))
+    if pressure <= 2:
         return needed + draw(st.integers(0, 2))
-    if pressure == 2 and needed > 1:
+    if pressure == 3 and needed > 1:
         return max(1, needed - draw(st.integers(1, 3)))
     return needed * draw(st.integers(2, 6)) + draw(st.integers(0, 4))
 
@@ -242,7 +272,7 @@ def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2) -> Documents:
     block_tokens = draw(st.integers(1, 8))
     hash_block_tokens = block_tokens * draw(st.integers(1, 3))
     workload = draw(kv_workloads(hash_block_tokens=hash_block_tokens))
-    scheduler = draw(scheduler_limits())
+    scheduler = draw(kv_scheduler_limits())
     accepted = [r for r in workload["requests"] if accepted_before_the_cache(r, scheduler)]
     needed = max((blocks_needed(r, block_tokens) for r in accepted), default=1)
     kv_cache = {
