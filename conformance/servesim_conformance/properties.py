@@ -16,8 +16,9 @@ from typing import Any
 import servesim
 from servesim.canonical import canonical_bytes
 from servesim.migrations import CHAIN
+from servesim.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES
-from servesim_conformance.implementation import Implementation
+from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.runner import REPORT_NAME, replay_arguments
 
 Documents = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
@@ -48,6 +49,15 @@ def at_current_version(data: bytes) -> bytes:
     if value.get("schema_version") == current or canonical_bytes(value) + b"\n" != data:
         return data
     return canonical_bytes(CHAIN.migrate(value).document) + b"\n"
+
+
+def reads_kv_cache(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.1 and workload 1.1,
+    the versions with ``kv_cache`` and prefix hashes (R53), so generated cases may use them."""
+    kinds = ("scenario", "workload")
+    return all(
+        description.declares(kind, "1.1") and "1.1" in SUPPORTED_VERSIONS[kind] for kind in kinds
+    )
 
 
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
