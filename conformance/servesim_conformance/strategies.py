@@ -262,7 +262,7 @@ def cache_blocks(draw: st.DrawFn, *, needed: int) -> int:
 
 
 @st.composite
-def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2) -> Documents:
+def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2, max_requests: int = 10) -> Documents:
     """(scenario 1.1 with ``kv_cache``, workload 1.1 with prefix hashes, synthetic profile).
 
     Tiny blocks (1 to 8 tokens) so that prompts of a few tokens span several; the hash block
@@ -271,7 +271,7 @@ def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2) -> Documents:
     """
     block_tokens = draw(st.integers(1, 8))
     hash_block_tokens = block_tokens * draw(st.integers(1, 3))
-    workload = draw(kv_workloads(hash_block_tokens=hash_block_tokens))
+    workload = draw(kv_workloads(hash_block_tokens=hash_block_tokens, max_size=max_requests))
     scheduler = draw(kv_scheduler_limits())
     accepted = [r for r in workload["requests"] if accepted_before_the_cache(r, scheduler)]
     needed = max((blocks_needed(r, block_tokens) for r in accepted), default=1)
