@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import servesim
 from servesim_conformance import invariants
 from servesim_conformance.strategies import (
+    broken_kv_input_triples,
     hashed_input_triples_without_cache,
     input_triples,
     kv_input_triples,
@@ -170,3 +172,12 @@ def test_shifting_every_arrival_shifts_every_time_with_a_cache(
     before = json.loads(run((scenario, workload, timing)))
     after = json.loads(run((scenario, shifted, timing)))
     invariants.check_arrival_shift(before, after, shift)
+
+
+@given(broken_kv_input_triples())
+def test_r4_r5_broken_cache_and_hash_members_are_invalid(case: tuple[str, Documents]) -> None:
+    """R3, R4, R5: a cache or hash member broken in one of ``KV_INPUT_FAULTS`` (hypothesis
+    names the fault of a failing example) is invalid input."""
+    _fault, documents = case
+    with pytest.raises(servesim.InvalidInput):
+        run(documents)

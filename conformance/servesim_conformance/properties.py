@@ -92,6 +92,18 @@ class PropertyRunner:
                 )
             return report.read_bytes()
 
+    def rejects(self, documents: Documents) -> tuple[int | None, bool]:
+        """The exit code on ``documents`` and whether a report file was left (R5 wants 2 and
+        none); a timeout raises ``PropertyFailure``."""
+        with tempfile.TemporaryDirectory(prefix="servesim-property-") as temporary:
+            folder = Path(temporary)
+            for role, data in input_bytes(documents).items():
+                (folder / INPUT_FILES[role]).write_bytes(data)
+            run = self.implementation.run(replay_arguments(folder, trace=True))
+            if run.timed_out:
+                raise PropertyFailure(f"timed out after {self.implementation.timeout_s:g} s")
+            return run.returncode, (folder / REPORT_NAME).exists()
+
     def report(self, documents: Documents, *, trace: bool = True) -> dict[str, Any]:
         """The report's value at the current report version (an older one migrated, R38)."""
         data = at_current_version(self.report_bytes(documents, trace=trace))

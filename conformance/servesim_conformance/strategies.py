@@ -7,6 +7,7 @@ workers, fewer requests, shorter prompts, earlier arrivals.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import settings
@@ -300,6 +301,63 @@ def hashed_input_triples_without_cache(draw: st.DrawFn) -> Documents:
     must change nothing (R45); H need not be a multiple of anything (R4)."""
     scenario, _, timing = draw(input_triples())
     return scenario, draw(kv_workloads(hash_block_tokens=draw(st.integers(1, 8)))), timing
+
+
+def _request_with_most_hashes(workload: dict[str, Any]) -> dict[str, Any]:
+    """The first request with the longest prompt: the one given too many hashes."""
+    return max(workload["requests"], key=lambda request: request["prompt_tokens"])
+
+
+#: How ``broken_kv_input_triples`` breaks one rule of R3 or R4 on cache and hash members.
+KV_INPUT_FAULTS = (
+    "hash block size not a multiple of the engine block",  # R4, R47
+    "more hashes than the prompt's blocks",  # R4
+    "hashes without a hash block size",  # R4
+    "a cache of no blocks",  # R3, R45
+    "a block of no tokens",  # R3, R45
+    "kv_cache in a scenario 1.0",  # R3, R53
+    "prefix_hashes in a workload 1.0",  # R3, R53
+    "a hash beyond 2^53-1",  # R3, R47
+)
+
+
+@st.composite
+def broken_kv_input_triples(draw: st.DrawFn) -> tuple[str, Documents]:
+    """A KV triple broken in exactly one way of ``KV_INPUT_FAULTS``, which every
+    implementation that reads scenario and workload 1.1 must reject (R5: exit 2, no report)."""
+    scenario, workload, timing = copy.deepcopy(draw(kv_input_triples()))
+    fault = draw(st.sampled_from(KV_INPUT_FAULTS))
+    cache, requests = scenario["kv_cache"], workload["requests"]
+    if fault == KV_INPUT_FAULTS[0]:
+        cache["block_tokens"] = draw(st.integers(2, 8))
+        offset = draw(st.integers(1, cache["block_tokens"] - 1))
+        workload["prefix_hash_block_tokens"] = (
+            cache["block_tokens"] * draw(st.integers(0, 2)) + offset
+        )
+    elif fault == KV_INPUT_FAULTS[1]:
+        request = _request_with_most_hashes(workload)
+        most = -(-request["prompt_tokens"] // workload["prefix_hash_block_tokens"])
+        request["prefix_hashes"] = list(range(most + draw(st.integers(1, 2))))
+    elif fault == KV_INPUT_FAULTS[2]:
+        del workload["prefix_hash_block_tokens"]
+        request = _request_with_most_hashes(workload)
+        request["prefix_hashes"] = request.get("prefix_hashes") or [0]
+    elif fault == KV_INPUT_FAULTS[3]:
+        cache["blocks"] = 0
+    elif fault == KV_INPUT_FAULTS[4]:
+        cache["block_tokens"] = 0
+    elif fault == KV_INPUT_FAULTS[5]:
+        scenario["schema_version"] = "1.0"
+    elif fault == KV_INPUT_FAULTS[6]:
+        workload["schema_version"] = "1.0"
+        if not any("prefix_hashes" in request for request in requests):
+            requests[0]["prefix_hashes"] = []
+    else:
+        request = _request_with_most_hashes(workload)
+        if request["prompt_tokens"] == 0:
+            request["prompt_tokens"] = 1
+        request["prefix_hashes"] = [2**53 + draw(st.integers(0, 5))]
+    return fault, (scenario, workload, timing)
 
 
 #: The largest limits ``scheduler_limits()`` draws, which a generated measured profile claims as

@@ -29,6 +29,7 @@ from servesim_conformance.properties import (
     write_case,
 )
 from servesim_conformance.strategies import (
+    broken_kv_input_triples,
     hashed_input_triples_without_cache,
     input_triples,
     kv_input_triples,
@@ -213,3 +214,17 @@ def test_kv_cache_differential_against_reference(
     (only with --differential, and only when both read scenario and workload 1.1)."""
     _needs_kv_cache(description)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-kv-cache")
+
+
+@tier
+@given(case=broken_kv_input_triples())
+def test_kv_cache_broken_inputs_are_rejected(
+    runner: PropertyRunner, description: Description, case: tuple[str, Documents]
+) -> None:
+    """R3, R4, R5: a cache or hash member broken in one way is invalid input: exit 2 and no
+    report (a block size that does not fit the hashes', too many hashes, hashes without their
+    block size, a cache of no blocks, members at a version without them, a hash too big)."""
+    _needs_kv_cache(description)
+    fault, documents = case
+    code, left_report = runner.rejects(documents)
+    assert (code, left_report) == (2, False), f"{fault}: exit {code}, report left: {left_report}"
