@@ -1,13 +1,13 @@
 """Which requests are rejected at arrival, and why (SPEC.md R10).
 
-A rejection depends only on the request and the scenario's limits (every worker is identical in
-v1), so it is decided before routing: a rejected request joins no worker and takes no routing
-turn or random draw.
+A rejection depends only on the request, the scenario's limits and its KV cache (every worker is
+identical), so it is decided before routing: a rejected request joins no worker and takes no
+routing turn or random draw.
 """
 
 from __future__ import annotations
 
-from servesim.model import Request, SchedulerLimits
+from servesim.model import KvCache, Request, SchedulerLimits
 
 #: Every reject reason, in the order R10 tests them; the first that applies is reported.
 REJECT_REASONS: tuple[str, ...] = (
@@ -15,10 +15,13 @@ REJECT_REASONS: tuple[str, ...] = (
     "zero_max_output_tokens",
     "context_exceeds_max_model_len",
     "prefill_exceeds_step_budget",
+    "exceeds_kv_cache",
 )
 
 
-def rejection_reason(request: Request, limits: SchedulerLimits) -> str | None:
+def rejection_reason(
+    request: Request, limits: SchedulerLimits, kv_cache: KvCache | None = None
+) -> str | None:
     """R10: the reason ``request`` is rejected at arrival, or ``None`` if it is accepted."""
     if request.prompt_tokens == 0:
         return "empty_prompt"
@@ -33,4 +36,10 @@ def rejection_reason(request: Request, limits: SchedulerLimits) -> str | None:
         return "context_exceeds_max_model_len"
     if limits.prefill_mode == "whole" and request.prompt_tokens > limits.max_batched_tokens:
         return "prefill_exceeds_step_budget"
+    if (
+        kv_cache is not None
+        and request.prompt_tokens + request.max_output_tokens
+        > kv_cache.blocks * kv_cache.block_tokens
+    ):
+        return "exceeds_kv_cache"  # it could never fit the worker's cache on its own
     return None

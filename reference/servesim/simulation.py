@@ -15,9 +15,11 @@ from typing import Literal
 
 from servesim.admission import rejection_reason
 from servesim.errors import OutOfCoverage, UnrepresentableTime
+from servesim.kv_cache import HashPrefixes
 from servesim.model import Scenario, SyntheticLinearTiming, TimingProfile, Workload
 from servesim.routing import make_router
 from servesim.worker import (
+    CachingWorker,
     RequestState,
     Step,
     Worker,
@@ -90,7 +92,17 @@ def simulate(
     """
     limits = scenario.scheduler
     router = make_router(scenario.routing, scenario.workers)
-    workers = [Worker(index) for index in range(scenario.workers)]
+    kv_cache = scenario.kv_cache
+    workers: list[Worker]
+    if kv_cache is None:
+        workers = [Worker(index) for index in range(scenario.workers)]
+    else:  # section 11: each worker has its own cache; hash prefixes are one naming
+        prefixes = HashPrefixes()
+        hash_block_tokens = workload.prefix_hash_block_tokens
+        workers = [
+            CachingWorker(index, kv_cache, hash_block_tokens, prefixes)
+            for index in range(scenario.workers)
+        ]
     states = [RequestState(request, position) for position, request in enumerate(workload.requests)]
     arrivals = iter(arrival_order(workload))
     steps: list[Step] | None = [] if record_trace else None
@@ -136,7 +148,7 @@ def simulate(
             request_scheduling(worker, now_us)
         elif priority == ARRIVAL:
             state = states[subject]
-            reason = rejection_reason(state.request, limits)
+            reason = rejection_reason(state.request, limits, kv_cache)
             if reason is not None:  # R10: rejected at arrival, never routed
                 state.reject_reason = reason
                 state.terminal_us = now_us
@@ -164,10 +176,14 @@ def simulate(
                 raise UnrepresentableTime(
                     worker=worker.index, start_us=now_us, duration_us=step.duration_us
                 )
+            max_steps = None
+            if isinstance(worker, CachingWorker):
+                worker.record_cache(step)
+                max_steps = worker.run_limit(step, record_trace)
             if isinstance(timing.model, SyntheticLinearTiming):
-                step.repeat = decode_run_length(step, MAX_TIME_US)
+                step.repeat = decode_run_length(step, MAX_TIME_US, max_steps)
             else:
-                measured_decode_run(step, timing.model, MAX_TIME_US)
+                measured_decode_run(step, timing.model, MAX_TIME_US, max_steps)
             worker.in_flight = step
             if steps is not None:
                 steps.append(step)

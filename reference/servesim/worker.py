@@ -10,8 +10,15 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from servesim.kv_cache import KvCacheCounters
-from servesim.model import MeasuredTiming, Request, SchedulerLimits, StepShape
+from servesim.kv_cache import (
+    BlockCache,
+    HashPrefixes,
+    HeldBlocks,
+    Identity,
+    KvCacheCounters,
+    block_identities,
+)
+from servesim.model import KvCache, MeasuredTiming, Request, SchedulerLimits, StepShape
 from servesim.token_times import Segment, TokenTimes
 
 
@@ -25,7 +32,11 @@ class RequestState:
     worker: int | None = None
     reject_reason: str | None = None
     prefilled: int = 0
-    """Prompt tokens prefilled so far (R20); only ``prefill`` adds to it."""
+    """Tokens of ``prefill_target`` computed so far (R20), or reused (R48); only ``prefill``
+    and admission with a cache set it."""
+    prefill_target: int = field(init=False)
+    """The tokens to compute before the request decodes: its ``prompt_tokens``, or with a cache
+    after a preemption also the tokens it produced before (R48's L)."""
     decoding: bool = False
     """Whether the request is in the Decode phase: its whole prompt is prefilled (R9). Kept by
     ``prefill`` rather than computed, since every step asks it of every running request."""
@@ -37,11 +48,20 @@ class RequestState:
     """R48, R52: the tokens reused at its first admission (0 without a cache)."""
     preemptions: int = 0
     """R49, R52: how many times it was preempted."""
+    cached_tokens: int = 0
+    """R46: the tokens whose keys and values it has in the cache (with a cache only)."""
+    blocks: HeldBlocks = field(default_factory=list)
+    """R46: the blocks it holds while running, ``ceil(cached_tokens / B)`` of them."""
+    identities: list[Identity] | None = None
+    """R47: its identified blocks' identities, found at its first admission with a cache."""
+
+    def __post_init__(self) -> None:
+        self.prefill_target = self.request.prompt_tokens
 
     def prefill(self, tokens: int) -> None:
-        """R20: ``tokens`` more prompt tokens were prefilled."""
+        """R20, R51: ``tokens`` more tokens were prefilled (or recomputed)."""
         self.prefilled += tokens
-        self.decoding = self.prefilled == self.request.prompt_tokens
+        self.decoding = self.prefilled == self.prefill_target
 
 
 @dataclass(slots=True, eq=False)
@@ -69,7 +89,9 @@ class Step:
     counts add up to ``repeat``, and they are the run's step end times, as ``TokenTimes``
     stores them."""
     kv_blocks_in_use: int | None = None
-    """R50, R52: the held blocks once the step is formed; ``None`` without a cache."""
+    """R50, R52: the held blocks once the step is formed; ``None`` without a cache. A run's
+    later steps take no block when traced (``CachingWorker.run_limit``), so then it is every
+    step's; untraced, only its first's (the worker's peak counts the run's last)."""
     preempted: list[str] = field(default_factory=list)
     """R49, R52: the ids of the requests preempted while the step was formed, in order."""
 
@@ -138,7 +160,7 @@ def _steps_to_first_completion(step: Step) -> int:
     )
 
 
-def decode_run_length(step: Step, max_end_us: int) -> int:
+def decode_run_length(step: Step, max_end_us: int, max_steps: int | None = None) -> int:
     """How many identical copies of a decode-only step the worker runs back to back.
 
     Not a rule of the spec but a shortcut that keeps its results: while no request completes
@@ -146,10 +168,14 @@ def decode_run_length(step: Step, max_end_us: int) -> int:
     prefill means admission is blocked, by max_num_seqs or a whole prompt that does not fit,
     and stays blocked until a request leaves). So the run lasts until the first decoding
     request's last token; a request joining the worker cuts it short (``Step.truncate_at``).
+    With a KV cache, ``max_steps`` is how long the run stays exact
+    (``CachingWorker.run_limit``).
     """
     if step.prefill or not step.decode:
         return 1
     first_finish = _steps_to_first_completion(step)
+    if max_steps is not None:
+        first_finish = min(first_finish, max_steps)
     representable = (max_end_us - step.start_us) // step.duration_us  # R6: stop at the limit
     return max(1, min(first_finish, representable))
 
@@ -160,7 +186,9 @@ def decode_run_length(step: Step, max_end_us: int) -> int:
 MEASURED_RUN_STRETCHES = 64
 
 
-def measured_decode_run(step: Step, model: MeasuredTiming, max_end_us: int) -> None:
+def measured_decode_run(
+    step: Step, model: MeasuredTiming, max_end_us: int, max_steps: int | None = None
+) -> None:
     """``decode_run_length`` for a measured model: the run's steps differ in duration.
 
     Each decode-only step of the run has the same requests, and C larger by D than the step
@@ -168,12 +196,15 @@ def measured_decode_run(step: Step, model: MeasuredTiming, max_end_us: int) -> N
     with the same duration (``context_extent``), so each stretch of equal durations is timed
     once, not step by step. The run stops before a step the model does not cover (R43: only C
     changes, and it grows) or one ending after ``max_end_us`` (R6): that step is formed again
-    at its own time, in event order, and stops the replay then.
+    at its own time, in event order, and stops the replay then. ``max_steps`` is
+    ``decode_run_length``'s.
     """
     if step.prefill or not step.decode:
         return
     decoding = len(step.decode)
     remaining = _steps_to_first_completion(step)
+    if max_steps is not None:
+        remaining = min(remaining, max_steps)
     covered_context = model.coverage.context_tokens.max
     context = step.context_tokens
     end = step.start_us
@@ -340,4 +371,220 @@ class Worker:
         self.decode_tokens += step.repeat * len(step.decode)
         self.output_tokens += step.repeat * len(step.decode) + first_tokens
         self.completed += len(finished)
+        return finished
+
+
+def allotment_with_cache(
+    remaining: int, budget: int, limits: SchedulerLimits, recomputing: bool
+) -> int:
+    """R50: R19's allotment, except that in ``"whole"`` mode a request recomputing after a
+    preemption is allotted ``min(remaining, budget)`` (its prompt plus produced tokens may
+    exceed the budget that R10 checked its prompt against)."""
+    if recomputing and limits.max_chunk_tokens is None:
+        return min(remaining, budget)
+    return prefill_allotment(remaining, budget, limits)
+
+
+class CachingWorker(Worker):
+    """A worker with a KV cache (SPEC.md section 11): R50 forms its steps, R51 ends them.
+
+    A subclass, so that a worker without a cache runs exactly the code of sections 2 to 7.
+    """
+
+    __slots__ = ("cache", "hash_block_tokens", "preempted", "prefixes")
+
+    def __init__(
+        self,
+        index: int,
+        kv_cache: KvCache,
+        hash_block_tokens: int | None,
+        prefixes: HashPrefixes,
+    ) -> None:
+        super().__init__(index)
+        self.kv_counters = KvCacheCounters()
+        self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.kv_counters)
+        # R47: with prefix caching off (or no hashes at all) no block is identified
+        self.hash_block_tokens = hash_block_tokens if kv_cache.prefix_caching else None
+        self.prefixes = prefixes
+        self.preempted: list[RequestState] = []
+        """R49: the victims of the step formed last, in the order they were preempted."""
+
+    def identities(self, state: RequestState) -> list[Identity]:
+        """R47: the request's identified blocks, found once."""
+        if state.identities is None:
+            state.identities = []
+            if self.hash_block_tokens is not None and state.request.prefix_hashes:
+                state.identities = block_identities(
+                    state.request, self.cache.block_tokens, self.hash_block_tokens, self.prefixes
+                )
+        return state.identities
+
+    def plan_step(
+        self, limits: SchedulerLimits, now_us: int
+    ) -> tuple[list[RequestState], list[tuple[RequestState, int]]]:
+        """R50: R17 to R19, each request taking the blocks its step needs (R46), preempting
+        when they are not there (R49); a step that preempted admits nobody."""
+        self.preempted = []
+        served: set[RequestState] = set()  # R49: given a decode token or an allotment
+        running = list(self.running)  # the running order before anyone is preempted
+        # 1. R17: each Decode request needs the blocks for one more cached token. A request
+        # preempted by an earlier one has lost its progress, so it is no longer decoding.
+        decode = [state for state in running if state.decoding and self._grow(state, 1, served)]
+        budget = limits.max_batched_tokens - len(decode)
+        prefill: list[tuple[RequestState, int]] = []
+        # 2. R18: each running Prefill request, in running order, while the budget lasts.
+        for state in running:
+            if budget == 0:
+                break
+            if state.decoding or state in self.preempted:
+                continue
+            tokens = allotment_with_cache(
+                state.prefill_target - state.prefilled, budget, limits, state.preemptions > 0
+            )
+            if self._grow(state, tokens, served):
+                prefill.append((state, tokens))
+                budget -= tokens
+        # 3. R19: admission, only in a step that preempted nobody (as vLLM v1).
+        if not self.preempted:
+            self._admit(limits, now_us, budget, prefill)
+        self.peak_running = max(self.peak_running, len(self.running))
+        return decode, prefill
+
+    def _grow(self, state: RequestState, tokens: int, served: set[RequestState]) -> bool:
+        """R46, R49: the request's cached tokens grow by ``tokens`` and it takes the blocks
+        they need, preempting until it can (or until it is itself the victim: False)."""
+        cache = self.cache
+        needed = cache.blocks_for(state.cached_tokens + tokens) - len(state.blocks)
+        while needed > cache.obtainable():
+            victim = self._victim(state, served)
+            self._preempt(victim)
+            if victim is state:
+                return False
+        cache.take(state.blocks, needed)
+        state.cached_tokens += tokens
+        served.add(state)
+        return True
+
+    def _victim(self, requester: RequestState, served: set[RequestState]) -> RequestState:
+        """R49: the running request latest in the running list not yet given anything in this
+        step, other than the requester; the requester itself when none remains."""
+        for state in reversed(self.running):
+            if state is not requester and state not in served:
+                return state
+        return requester
+
+    def _preempt(self, victim: RequestState) -> None:
+        """R49's four actions, in order."""
+        self.running.remove(victim)  # 1.
+        self.cache.release(victim.blocks)
+        victim.cached_tokens = 0  # 2. its produced tokens, their times, first_scheduled stay
+        victim.prefilled = 0
+        victim.decoding = False
+        # 3. At the head of the queue. Each victim joins in front of the one before, as vLLM
+        # prepends each; SPEC.md's "in their running order" holds only when victims are taken
+        # in reverse running order, which a requester that is its own last victim breaks.
+        self.waiting.appendleft(victim)
+        self.peak_waiting = max(self.peak_waiting, len(self.waiting))
+        victim.preemptions += 1  # 4.
+        assert self.kv_counters is not None
+        self.kv_counters.preemptions += 1
+        self.preempted.append(victim)
+
+    def _admit(
+        self,
+        limits: SchedulerLimits,
+        now_us: int,
+        budget: int,
+        prefill: list[tuple[RequestState, int]],
+    ) -> None:
+        """R50 step 3 (R19 with R48): the head of the queue, while it can have its allotment
+        and the blocks for it; no skipping, no preemption for a waiting request."""
+        cache = self.cache
+        block_tokens = cache.block_tokens
+        assert self.kv_counters is not None
+        while self.waiting and budget > 0 and len(self.running) < limits.max_num_seqs:
+            head = self.waiting[0]
+            target = head.request.prompt_tokens + len(head.token_times_us)  # R48's L
+            hits = cache.hits(self.identities(head), (target - 1) // block_tokens)
+            reused = len(hits) * block_tokens
+            tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
+            needed = cache.blocks_for(reused + tokens) - len(hits)
+            cached_hits = sum(1 for block in hits if block.holders == 0)
+            if tokens == 0 or needed > cache.free + len(cache.cached) - cached_hits:
+                break
+            self.waiting.popleft()
+            cache.hold(head.blocks, hits)  # first, so that no eviction takes a hit block
+            cache.take(head.blocks, needed)
+            head.prefill_target = target
+            head.prefilled = reused
+            head.cached_tokens = reused + tokens
+            if head.first_scheduled_us is None:  # R49: a readmission keeps the first one
+                head.first_scheduled_us = now_us
+                head.reused_prompt_tokens = reused
+            self.kv_counters.reused_tokens += reused
+            self.running.append(head)
+            prefill.append((head, tokens))
+            budget -= tokens
+
+    def record_cache(self, step: Step) -> None:
+        """R52: the step's blocks in use once formed, and its victims."""
+        assert self.kv_counters is not None
+        step.kv_blocks_in_use = self.cache.held
+        step.preempted = [state.request.id for state in self.preempted]
+        self.kv_counters.peak_blocks_in_use = max(
+            self.kv_counters.peak_blocks_in_use, step.kv_blocks_in_use
+        )
+
+    def run_limit(self, step: Step, traced: bool) -> int:
+        """How many decode-only steps from ``step`` on form exactly as one at a time would.
+
+        The first step took its blocks when formed. Each later step of the run gives every
+        decoding request one more cached token, so a request crossing into a new block takes
+        one. While free blocks cover them nothing is evicted or preempted, the registry does
+        not change (output tokens are never identified, R47) and admission, blocked in the
+        first step, stays blocked (free blocks only shrink). So the run may go on while the
+        blocks its later steps take are at most the free blocks. A traced run writes one
+        ``kv_blocks_in_use`` for all its steps (R30), so there it takes none.
+        """
+        if step.prefill or self.preempted or not step.decode:
+            return 1
+        spare = 0 if traced else self.cache.free
+        cached = [state.cached_tokens for state in step.decode]
+        blocks_for = self.cache.blocks_for
+
+        def taken(steps: int) -> int:  # the blocks steps 2 to ``steps`` take
+            return sum(blocks_for(c + steps - 1) - blocks_for(c) for c in cached)
+
+        low, high = 1, _steps_to_first_completion(step)  # taken(low) == 0 <= spare
+        while low < high:
+            middle = (low + high + 1) // 2
+            if taken(middle) <= spare:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def complete_step(self, step: Step) -> list[RequestState]:
+        """R51: R20, then the step's registrations (R47), then the completed requests'
+        releases (R46), each in running order."""
+        cache = self.cache
+        assert self.kv_counters is not None
+        if step.repeat > 1:  # the later steps of a run take their blocks (free ones, run_limit)
+            for state in step.decode:
+                cached = state.cached_tokens + step.repeat - 1
+                needed = cache.blocks_for(cached) - len(state.blocks)
+                assert needed <= cache.free, "run_limit: a run takes only free blocks"
+                cache.take(state.blocks, needed)
+                state.cached_tokens = cached
+            self.kv_counters.peak_blocks_in_use = max(
+                self.kv_counters.peak_blocks_in_use, cache.held
+            )
+        finished = super().complete_step(step)
+        for state, tokens in step.prefill:  # in running order: R18's, then R19's
+            identities = state.identities
+            if identities:
+                cached = state.cached_tokens
+                cache.register(state.blocks, identities, cached - tokens, cached)
+        for state in finished:
+            cache.release(state.blocks)
         return finished
