@@ -42,6 +42,13 @@ PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_indep
 
 PLAIN = load_module("servesim_independent", PLAIN_LOOP)
 
+# The plain loop writes report 3.0 (R31) or, behind a flag, 2.0 (R2); it is asked for the
+# newest report version released here, so that the harness can migrate or read what it writes.
+PLAIN_REPORT_VERSION = max(
+    (path.parent.name for path in (REPO / "schemas" / "released").glob("*/report.schema.json")),
+    key=lambda version: tuple(int(part) for part in version.split(".")),
+)
+
 
 def plain_outcome(documents: Documents, *, trace: bool = True) -> tuple[int, bytes | None]:
     """The plain loop's exit code and report (None when it wrote none)."""
@@ -60,6 +67,8 @@ def plain_outcome(documents: Documents, *, trace: bool = True) -> tuple[int, byt
             str(folder / "t.json"),
             "--output",
             str(folder / "r.json"),
+            "--report-version",
+            PLAIN_REPORT_VERSION,
         ]
         with contextlib.redirect_stderr(io.StringIO()):
             code = PLAIN.main([*arguments, "--trace"] if trace else arguments)

@@ -70,6 +70,7 @@ class Req:
         self.first_sched = None
         self.done_t = None
         self.reused = 0  # reused_prompt_tokens: h*B at the first admission (R48)
+        self.running = False  # in its worker's running list
         self.preemptions = 0
 
     @property
@@ -183,8 +184,10 @@ def check_measured(tp):  # R40, the agreements beyond the schema (R4); list of p
     cov = m["coverage"]
     for k in DIMS:
         if cov[k]["min"] > cov[k]["max"]:
-            probs.append("/model/coverage/%s: min %d is greater than max %d"
-                         % (k, cov[k]["min"], cov[k]["max"]))
+            probs.append(
+                "/model/coverage/%s: min %d is greater than max %d"
+                % (k, cov[k]["min"], cov[k]["max"])
+            )
     if kind == "grid":
         axes = m["axes"]
         for k in DIMS:
@@ -192,38 +195,54 @@ def check_measured(tp):  # R40, the agreements beyond the schema (R4); list of p
             if any(a[i] >= a[i + 1] for i in range(len(a) - 1)):
                 probs.append("/model/axes/%s: not strictly increasing" % k)
             if cov[k]["min"] != a[0] or cov[k]["max"] != a[-1]:
-                probs.append("/model/coverage/%s: expected exactly [%d, %d], the axis's first "
-                             "and last point" % (k, a[0], a[-1]))
+                probs.append(
+                    "/model/coverage/%s: expected exactly [%d, %d], the axis's first "
+                    "and last point" % (k, a[0], a[-1])
+                )
         nd, nc, npf = (len(axes[k]) for k in DIMS)
         dur = m["duration_us"]
         if len(dur) != nd:
-            probs.append("/model/duration_us: %d entries, expected %d (decode_requests points)"
-                         % (len(dur), nd))
+            probs.append(
+                "/model/duration_us: %d entries, expected %d (decode_requests points)"
+                % (len(dur), nd)
+            )
         for d, row in enumerate(dur):
             if len(row) != nc:
-                probs.append("/model/duration_us/%d: %d entries, expected %d (context_tokens "
-                             "points)" % (d, len(row), nc))
+                probs.append(
+                    "/model/duration_us/%d: %d entries, expected %d (context_tokens "
+                    "points)" % (d, len(row), nc)
+                )
             for c, cell in enumerate(row):
                 if len(cell) != npf:
-                    probs.append("/model/duration_us/%d/%d: %d entries, expected %d "
-                                 "(prefill_tokens points)" % (d, c, len(cell), npf))
+                    probs.append(
+                        "/model/duration_us/%d/%d: %d entries, expected %d "
+                        "(prefill_tokens points)" % (d, c, len(cell), npf)
+                    )
     else:
         kn = [k["tokens"] for k in m["prefill_knots"]]
         if any(kn[i] >= kn[i + 1] for i in range(len(kn) - 1)):
             probs.append("/model/prefill_knots: tokens not strictly increasing")
         if cov["prefill_tokens"]["min"] != kn[0] or cov["prefill_tokens"]["max"] != kn[-1]:
-            probs.append("/model/coverage/prefill_tokens: expected exactly [%d, %d], the first "
-                         "and last knot's tokens" % (kn[0], kn[-1]))
+            probs.append(
+                "/model/coverage/prefill_tokens: expected exactly [%d, %d], the first "
+                "and last knot's tokens" % (kn[0], kn[-1])
+            )
     lim = tp["calibration"]["limits"]
     if cov["decode_requests"]["max"] > lim["max_num_seqs"]:
-        probs.append("/model/coverage/decode_requests/max: greater than "
-                     "calibration.limits.max_num_seqs %d" % lim["max_num_seqs"])
+        probs.append(
+            "/model/coverage/decode_requests/max: greater than "
+            "calibration.limits.max_num_seqs %d" % lim["max_num_seqs"]
+        )
     if cov["prefill_tokens"]["max"] > lim["max_batched_tokens"]:
-        probs.append("/model/coverage/prefill_tokens/max: greater than "
-                     "calibration.limits.max_batched_tokens %d" % lim["max_batched_tokens"])
+        probs.append(
+            "/model/coverage/prefill_tokens/max: greater than "
+            "calibration.limits.max_batched_tokens %d" % lim["max_batched_tokens"]
+        )
     if cov["context_tokens"]["max"] > lim["max_num_seqs"] * lim["max_model_len"]:
-        probs.append("/model/coverage/context_tokens/max: greater than max_num_seqs * "
-                     "max_model_len = %d" % (lim["max_num_seqs"] * lim["max_model_len"]))
+        probs.append(
+            "/model/coverage/context_tokens/max: greater than max_num_seqs * "
+            "max_model_len = %d" % (lim["max_num_seqs"] * lim["max_model_len"])
+        )
     return probs
 
 
@@ -238,39 +257,61 @@ def check_kv(scn, wl, input_versions):
     for role, doc in (("scenario", scn), ("workload", wl)):
         v = doc.get("schema_version")
         if v not in input_versions:
-            probs.append((role, "/schema_version", "one of the versions this implementation "
-                          "reads, %s (R2); got %s" % (", ".join(input_versions), json.dumps(v))))
+            probs.append(
+                (
+                    role,
+                    "/schema_version",
+                    "one of the versions this implementation "
+                    "reads, %s (R2); got %s" % (", ".join(input_versions), json.dumps(v)),
+                )
+            )
     if probs:
         return probs
     kv = scn.get("kv_cache")
     if "kv_cache" in scn:
         if scn["schema_version"] != "1.1":
-            probs.append(("scenario", "/kv_cache", "no kv_cache in a scenario 1.0: it needs "
-                          "schema_version \"1.1\" (R53)"))
+            probs.append(
+                (
+                    "scenario",
+                    "/kv_cache",
+                    'no kv_cache in a scenario 1.0: it needs schema_version "1.1" (R53)',
+                )
+            )
         elif not isinstance(kv, dict):
-            probs.append(("scenario", "/kv_cache", "an object {blocks, block_tokens, "
-                          "prefix_caching} (R45)"))
+            probs.append(
+                ("scenario", "/kv_cache", "an object {blocks, block_tokens, prefix_caching} (R45)")
+            )
         else:
             for m in ("blocks", "block_tokens", "prefix_caching"):
                 if m not in kv:
                     probs.append(("scenario", "/kv_cache", "the required member %s (R45)" % m))
             for m in sorted(kv):
                 if m not in ("blocks", "block_tokens", "prefix_caching"):
-                    probs.append(("scenario", "/kv_cache/" + m.replace("~", "~0")
-                                  .replace("/", "~1"), "no such member (R3)"))
+                    probs.append(
+                        (
+                            "scenario",
+                            "/kv_cache/" + m.replace("~", "~0").replace("/", "~1"),
+                            "no such member (R3)",
+                        )
+                    )
             if "blocks" in kv and not is_int(kv["blocks"], 1, 2**32 - 1):
                 probs.append(("scenario", "/kv_cache/blocks", "an integer 1 to 2^32-1 (R45)"))
             if "block_tokens" in kv and not is_int(kv["block_tokens"], 1, 2**20):
-                probs.append(("scenario", "/kv_cache/block_tokens",
-                              "an integer 1 to 2^20 (R45)"))
+                probs.append(("scenario", "/kv_cache/block_tokens", "an integer 1 to 2^20 (R45)"))
             if "prefix_caching" in kv and type(kv["prefix_caching"]) is not bool:
                 probs.append(("scenario", "/kv_cache/prefix_caching", "true or false (R45)"))
     wv = wl["schema_version"]
     H = wl.get("prefix_hash_block_tokens")
     if "prefix_hash_block_tokens" in wl:
         if wv != "1.1":
-            probs.append(("workload", "/prefix_hash_block_tokens", "no prefix_hash_block_tokens "
-                          "in a workload 1.0: it needs schema_version \"1.1\" (R53)"))
+            probs.append(
+                (
+                    "workload",
+                    "/prefix_hash_block_tokens",
+                    "no prefix_hash_block_tokens "
+                    'in a workload 1.0: it needs schema_version "1.1" (R53)',
+                )
+            )
         elif not is_int(H, 1, 2**20):
             probs.append(("workload", "/prefix_hash_block_tokens", "an integer 1 to 2^20 (R47)"))
     for i, r in enumerate(wl.get("requests", [])):
@@ -279,8 +320,13 @@ def check_kv(scn, wl, input_versions):
         ptr = "/requests/%d/prefix_hashes" % i
         hs = r["prefix_hashes"]
         if wv != "1.1":
-            probs.append(("workload", ptr, "no prefix_hashes in a workload 1.0: it needs "
-                          "schema_version \"1.1\" (R53)"))
+            probs.append(
+                (
+                    "workload",
+                    ptr,
+                    'no prefix_hashes in a workload 1.0: it needs schema_version "1.1" (R53)',
+                )
+            )
             continue
         if not isinstance(hs, list):
             probs.append(("workload", ptr, "a list of integers 0 to 2^53-1 (R47)"))
@@ -289,18 +335,38 @@ def check_kv(scn, wl, input_versions):
             if not is_int(x, 0, 2**53 - 1):
                 probs.append(("workload", "%s/%d" % (ptr, n), "an integer 0 to 2^53-1 (R47)"))
         if "prefix_hash_block_tokens" not in wl:
-            probs.append(("workload", ptr, "prefix_hashes only with the workload's "
-                          "prefix_hash_block_tokens (R4)"))
+            probs.append(
+                (
+                    "workload",
+                    ptr,
+                    "prefix_hashes only with the workload's prefix_hash_block_tokens (R4)",
+                )
+            )
         elif is_int(H, 1, 2**20) and type(r.get("prompt_tokens")) is int:
             most = -(-r["prompt_tokens"] // H)
             if len(hs) > most:
-                probs.append(("workload", ptr, "at most ceil(prompt_tokens / "
-                              "prefix_hash_block_tokens) = %d hashes, got %d (R4)"
-                              % (most, len(hs))))
-    if (isinstance(kv, dict) and is_int(kv.get("block_tokens"), 1, 2**20)
-            and is_int(H, 1, 2**20) and H % kv["block_tokens"] != 0):
-        probs.append(("workload", "/prefix_hash_block_tokens", "a multiple of the scenario's "
-                      "kv_cache.block_tokens %d, got %d (R4, R47)" % (kv["block_tokens"], H)))
+                probs.append(
+                    (
+                        "workload",
+                        ptr,
+                        "at most ceil(prompt_tokens / "
+                        "prefix_hash_block_tokens) = %d hashes, got %d (R4)" % (most, len(hs)),
+                    )
+                )
+    if (
+        isinstance(kv, dict)
+        and is_int(kv.get("block_tokens"), 1, 2**20)
+        and is_int(H, 1, 2**20)
+        and H % kv["block_tokens"] != 0
+    ):
+        probs.append(
+            (
+                "workload",
+                "/prefix_hash_block_tokens",
+                "a multiple of the scenario's "
+                "kv_cache.block_tokens %d, got %d (R4, R47)" % (kv["block_tokens"], H),
+            )
+        )
     return probs
 
 
@@ -378,8 +444,16 @@ def uncovered_message(tp, tp_path, shape, worker, start):  # R43's stderr messag
         "error: step shape (decode_requests %d, context_tokens %d, prefill_tokens %d) formed by "
         "worker %d at %d us is outside the timing profile's coverage: %s; profile %s, "
         "calibration %s (R43)"
-        % (shape + (worker, start, "; ".join(outside), tp_path,
-                    json.dumps(tp.get("calibration"), sort_keys=True)))
+        % (
+            shape
+            + (
+                worker,
+                start,
+                "; ".join(outside),
+                tp_path,
+                json.dumps(tp.get("calibration"), sort_keys=True),
+            )
+        )
     )
 
 
@@ -431,6 +505,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
 
     def preempt(w, v, preempted):  # R49, the victim's four actions in order
         w.running.remove(v)
+        v.running = False
         w.cache.release(v)
         v.cached = 0
         v.target = v.prompt + len(v.tokens)
@@ -460,22 +535,22 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
 
     def form_step(w, now):
         budget = mbt
-        given = []  # requests given a decode token or an allotment in this step
+        given = set()  # requests given a decode token or an allotment in this step
         preempted = []
         decode = []
         # R17 / R50.1: decode first
         for r in list(w.running):
-            if r not in w.running or not r.decoding:
+            if not r.running or not r.decoding:
                 continue  # preempted by an earlier request, or in Prefill
             if w.cache is not None and not obtain(w, r, r.cached + 1, given, preempted):
                 continue
             decode.append(r)
-            given.append(r)
+            given.add(r)
             budget -= 1
         allot = []  # (request, allotment, cached tokens before)
         # R18 / R50.2: running prefills
         for r in list(w.running):
-            if r not in w.running or r.decoding or r in given:
+            if not r.running or r.decoding or r in given:
                 continue
             if budget <= 0:
                 break
@@ -484,7 +559,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             if w.cache is not None and not obtain(w, r, r.cached + a, given, preempted):
                 continue
             allot.append((r, a, r.cached))
-            given.append(r)
+            given.add(r)
             budget -= a
         for r in decode:
             r.cached += 1  # R46: the step computes the last produced token's keys and values
@@ -530,6 +605,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                     hd.reused = h * B
                 w.cache.reused_tokens += h * B
             w.running.append(hd)
+            hd.running = True
             if hd.first_sched is None:
                 hd.first_sched = now
             allot.append((hd, a, hd.cached))
@@ -586,11 +662,13 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             if before < r.target <= before + a:  # its prefill or recompute completes (R20, R51)
                 r.tokens.append(now)
                 w.output_tokens += 1
-        step_reqs = [r for r in w.running if r in decode or any(r is x for x, _, _ in allot)]
+        in_step = set(decode) | {r for r, _, _ in allot}
+        step_reqs = [r for r in w.running if r in in_step]
         keep = []
         done = []
         for r in w.running:
             if len(r.tokens) == r.max_out:
+                r.running = False
                 r.done_t = now
                 w.completed += 1
                 done.append(r)
@@ -755,12 +833,16 @@ def build_report(reqs, workers, trace, kv, report_version):
         }
         if v3:
             c = w.cache
-            e["kv_cache"] = None if c is None else {
-                "peak_blocks_in_use": c.peak,
-                "reused_tokens": c.reused_tokens,
-                "preemptions": c.preemptions,
-                "evictions": c.evictions,
-            }
+            e["kv_cache"] = (
+                None
+                if c is None
+                else {
+                    "peak_blocks_in_use": c.peak,
+                    "reused_tokens": c.reused_tokens,
+                    "preemptions": c.preemptions,
+                    "evictions": c.evictions,
+                }
+            )
         wout.append(e)
     if trace is not None:
         trace.sort(key=lambda s: (s["start_us"], s["worker"]))
@@ -830,8 +912,7 @@ def main(argv=None):
     problems = check_kv(docs["scenario"], docs["workload"], input_versions)
     if problems:
         for role, pointer, expected in problems:
-            print("error: %s: %s: expected %s" % (paths[role], pointer, expected),
-                  file=sys.stderr)
+            print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
         return 2
     try:
         summary, wout, rout, trace = simulate(
