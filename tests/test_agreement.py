@@ -18,6 +18,8 @@ import pytest
 
 from servesim_conformance.agreement import METRICS, Errors, compare, figures, nearest_rank
 from servesim_conformance.agreement_run import checked_report, generated_documents
+from servesim_conformance.implementation import Description
+from servesim_conformance.properties import reads_kv_cache
 from servesim_conformance.schemas import validate_harness_document
 from tests.helpers import REPO, run_servesim
 
@@ -177,6 +179,24 @@ def test_generated_cases_are_reproducible_from_their_seed() -> None:
     assert len(first) == 3
     assert first == again
     assert first != other
+
+
+def _description(scenario: list[str], workload: list[str]) -> Description:
+    versions = {"scenario": scenario, "workload": workload, "timing_profile": ["1.0"]}
+    return Description("x", "0", 3, {**versions, "report": ["3.0"]}, frozenset())
+
+
+def test_generated_cases_have_a_kv_cache_only_for_an_implementation_that_reads_it() -> None:
+    """Section 11: with scenario and workload 1.1 declared, generated cases include caches
+    under memory pressure; an implementation reading 1.0 only is given none (R38, R53)."""
+    assert reads_kv_cache(_description(["1.0", "1.1"], ["1.0", "1.1"]))
+    assert not reads_kv_cache(_description(["1.0", "1.1"], ["1.0"]))
+    assert not reads_kv_cache(_description(["1.0"], ["1.0", "1.1"]))
+    with_cache = generated_documents(20, 0, kv_cache=True)
+    assert with_cache == generated_documents(20, 0, kv_cache=True)
+    caches = [scenario for scenario, _, _ in with_cache if "kv_cache" in scenario]
+    assert 0 < len(caches) < 20
+    assert not any("kv_cache" in scenario for scenario, _, _ in generated_documents(20, 0))
 
 
 def test_agreement_run_of_an_implementation_a_few_microseconds_late(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from servesim_conformance.properties import (
 from servesim_conformance.strategies import (
     calibration_doc,
     input_triples,
+    kv_input_triples,
     measured_input_triples,
     measured_timing_profiles,
     narrow_measured_input_triples,
@@ -105,6 +106,22 @@ def test_reference_equals_plain_loop_on_longer_workloads(
     scenario: dict[str, object], workload: dict[str, object], timing: dict[str, object]
 ) -> None:
     documents = (scenario, workload, timing)
+    assert reference_report(documents, trace=False) == plain_report(documents, trace=False)
+
+
+@settings(max_examples=300)
+@given(kv_input_triples())
+def test_reference_equals_plain_loop_with_a_kv_cache(documents: Documents) -> None:
+    """Section 11 under memory pressure (evictions, preemptions, prefix hits): the plain loop's
+    cache was written from SPEC.md alone."""
+    assert reference_report(documents) == plain_report(documents)
+
+
+@settings(max_examples=100)
+@given(kv_input_triples(max_workers=2, max_requests=30))
+def test_reference_equals_plain_loop_with_a_kv_cache_on_longer_workloads(
+    documents: Documents,
+) -> None:
     assert reference_report(documents, trace=False) == plain_report(documents, trace=False)
 
 

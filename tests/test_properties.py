@@ -1,4 +1,4 @@
-"""R9 to R11, R16 to R21, R25, R26, R28 to R30: invariants over generated inputs (hypothesis).
+"""R9 to R11, R16 to R21, R25, R26, R28 to R30, R45 to R52: invariants over generated inputs.
 
 The checks live in ``servesim_conformance.invariants`` and look at the report alone, so the
 conformance suite runs the very same checks against other implementations.
@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import servesim
 from servesim_conformance import invariants
 from servesim_conformance.strategies import (
+    broken_kv_input_triples,
+    hashed_input_triples_without_cache,
     input_triples,
+    kv_input_triples,
     measured_input_triples,
     scenarios,
     timing_profiles,
@@ -39,8 +43,9 @@ def run(documents: Documents, *, trace: bool = True) -> bytes:
     )
 
 
-#: Every kind of timing profile: synthetic (R22) and measured (R41, R42).
-any_input_triples = st.one_of(input_triples(), measured_input_triples())
+#: Every kind of timing profile: synthetic (R22) and measured (R41, R42), and runs with a KV
+#: cache under memory pressure (section 11).
+any_input_triples = st.one_of(input_triples(), measured_input_triples(), kv_input_triples())
 
 
 @given(any_input_triples)
@@ -106,3 +111,73 @@ def test_r23_report_is_canonical_and_schema_valid(documents: Documents) -> None:
     assert data.count(b"\n") == 1
     value = json.loads(data)
     assert servesim.load_document(data, "report.json", "report").value == value
+
+
+# --- KV cache, prefix caching and preemption (SPEC.md section 11) ------------------------------
+
+
+@given(kv_input_triples())
+def test_r50_blocks_in_use_never_exceed_the_cache(documents: Documents) -> None:
+    """R45, R46, R50, R52: every step's blocks in use are within the cache, are the blocks of
+    its running requests' cached tokens, and the peak is the largest of them."""
+    scenario, workload, _ = documents
+    report = json.loads(run(documents))
+    invariants.check_kv_capacity(scenario, report)
+    invariants.check_kv_blocks(scenario, workload, report)
+
+
+@given(kv_input_triples())
+def test_r45_r52_every_invariant_holds_under_memory_pressure(documents: Documents) -> None:
+    """Sections 3 to 7 and 11 together: reuse in whole blocks below the prompt (R48), every
+    preempted request completed once (R9, R49), the cache counters adding up (R52)."""
+    scenario, workload, _ = documents
+    invariants.check_report(scenario, workload, json.loads(run(documents)))
+
+
+@given(kv_input_triples())
+def test_r9_r49_every_preempted_request_reaches_one_terminal_state(documents: Documents) -> None:
+    scenario, workload, _ = documents
+    report = json.loads(run(documents))
+    invariants.check_terminal_states(scenario, workload, report)
+    invariants.check_kv_preemptions(scenario, report)
+
+
+@given(kv_input_triples())
+def test_r47_hashes_change_nothing_with_prefix_caching_off(documents: Documents) -> None:
+    """Metamorphic (R47): with caching off no block is identified, so no hash matters."""
+    scenario, workload, timing = documents
+    off = {**scenario, "kv_cache": {**scenario["kv_cache"], "prefix_caching": False}}
+    with_hashes = json.loads(run((off, workload, timing)))
+    without = json.loads(run((off, invariants.without_prefix_hashes(workload), timing)))
+    invariants.check_hashes_change_nothing(with_hashes, without)
+
+
+@given(hashed_input_triples_without_cache())
+def test_r45_hashes_change_nothing_without_a_cache(documents: Documents) -> None:
+    scenario, workload, timing = documents
+    with_hashes = json.loads(run(documents))
+    without = json.loads(run((scenario, invariants.without_prefix_hashes(workload), timing)))
+    invariants.check_hashes_change_nothing(with_hashes, without)
+
+
+@given(kv_input_triples(), st.integers(1, 10**9))
+def test_shifting_every_arrival_shifts_every_time_with_a_cache(
+    documents: Documents, shift: int
+) -> None:
+    """Metamorphic (R6, R7): blocks, reuse, eviction and preemption depend on no clock."""
+    scenario, workload, timing = documents
+    shifted = json.loads(json.dumps(workload))
+    for request in shifted["requests"]:
+        request["arrival_us"] += shift
+    before = json.loads(run((scenario, workload, timing)))
+    after = json.loads(run((scenario, shifted, timing)))
+    invariants.check_arrival_shift(before, after, shift)
+
+
+@given(broken_kv_input_triples())
+def test_r4_r5_broken_cache_and_hash_members_are_invalid(case: tuple[str, Documents]) -> None:
+    """R3, R4, R5: a cache or hash member broken in one of ``KV_INPUT_FAULTS`` (hypothesis
+    names the fault of a failing example) is invalid input."""
+    _fault, documents = case
+    with pytest.raises(servesim.InvalidInput):
+        run(documents)

@@ -137,15 +137,18 @@ def input_cases(folders: Sequence[Path]) -> list[AgreementCase]:
     return cases
 
 
-def generated_documents(count: int, seed: int) -> list[Documents]:
-    """``count`` input triples drawn from the property tier's strategies, reproducibly."""
+def generated_documents(count: int, seed: int, *, kv_cache: bool = False) -> list[Documents]:
+    """``count`` input triples drawn from the property tier's strategies, reproducibly; with
+    ``kv_cache``, about half of them have a KV cache under memory pressure and prefix hashes
+    (section 11)."""
     if count == 0:  # needs no Hypothesis
         return []
     try:
         from hypothesis import HealthCheck, Phase, given, settings
         from hypothesis import seed as seeded
+        from hypothesis import strategies as st
 
-        from servesim_conformance.strategies import input_triples
+        from servesim_conformance.strategies import input_triples, kv_input_triples
     except ImportError:
         raise HarnessError(
             "generated cases need Hypothesis: pip install 'servesim[conformance]', or pass "
@@ -161,7 +164,7 @@ def generated_documents(count: int, seed: int) -> list[Documents]:
         suppress_health_check=list(HealthCheck),
     )
     @seeded(seed)
-    @given(input_triples())
+    @given(st.one_of(input_triples(), kv_input_triples()) if kv_cache else input_triples())
     def collect(documents: Documents) -> None:
         drawn.append(documents)
 
@@ -169,10 +172,12 @@ def generated_documents(count: int, seed: int) -> list[Documents]:
     return drawn[:count]
 
 
-def generated_cases(count: int, seed: int, root: Path) -> list[AgreementCase]:
-    """Generated triples written under ``root``, one folder per case."""
+def generated_cases(
+    count: int, seed: int, root: Path, *, kv_cache: bool = False
+) -> list[AgreementCase]:
+    """Generated triples written under ``root``, one folder per case (``generated_documents``)."""
     cases = []
-    for index, documents in enumerate(generated_documents(count, seed)):
+    for index, documents in enumerate(generated_documents(count, seed, kv_cache=kv_cache)):
         folder = root / f"generated-{index}"
         folder.mkdir(parents=True)
         for role, data in input_bytes(documents).items():

@@ -33,6 +33,7 @@ from servesim_conformance.implementation import (
     Implementation,
 )
 from servesim_conformance.outcomes import CaseResult, Outcome
+from servesim_conformance.properties import reads_kv_cache
 from servesim_conformance.reporting import markdown_summary, metric_rows, run_report
 from servesim_conformance.runner import ADAPTER_BROKEN, run_cases
 
@@ -253,7 +254,9 @@ def _run_agreement(
         try:
             selected = [
                 *golden_cases(cases),
-                *generated_cases(generated, seed, Path(temporary)),
+                *generated_cases(
+                    generated, seed, Path(temporary), kv_cache=reads_kv_cache(description)
+                ),
                 *input_cases(arguments.inputs),
             ]
         except HarnessError as error:

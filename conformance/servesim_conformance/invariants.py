@@ -1,8 +1,9 @@
 """Properties every conforming report has, checked from the inputs and the report alone.
 
-These are the spec's invariants (SPEC.md R9 to R11, R16 to R21, R25 to R30) restated as checks
-on observable output, so that they run against any implementation. Each check raises
-``InvariantViolation`` naming the rule and the offending request or step.
+These are the spec's invariants (SPEC.md R9 to R11, R16 to R21, R25 to R30; the KV cache's, R45
+to R53, are in ``kv_invariants`` and exported here) restated as checks on observable output, so
+that they run against any implementation. Each check raises ``InvariantViolation`` naming the
+rule and the offending request or step.
 """
 
 from __future__ import annotations
@@ -10,21 +11,39 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any
 
-Document = dict[str, Any]
+from servesim_conformance.kv_invariants import (
+    cache_of,
+    check_hashes_change_nothing,
+    check_kv_absent,
+    check_kv_blocks,
+    check_kv_capacity,
+    check_kv_preemptions,
+    check_kv_reuse,
+    check_kv_summary,
+    without_prefix_hashes,
+)
+from servesim_conformance.violations import Document, InvariantViolation, require
+
+__all__ = [
+    "Document",
+    "InvariantViolation",
+    "check_hashes_change_nothing",
+    "check_kv_absent",
+    "check_kv_blocks",
+    "check_kv_capacity",
+    "check_kv_preemptions",
+    "check_kv_reuse",
+    "check_kv_summary",
+    "without_prefix_hashes",
+]
+
+_require = require
 
 
-class InvariantViolation(AssertionError):
-    """A report breaks a rule of the specification."""
-
-
-def _require(condition: bool, rule: str, message: str) -> None:
-    if not condition:
-        raise InvariantViolation(f"{rule}: {message}")
-
-
-def expected_reject_reason(request: Document, scheduler: Document) -> str | None:
+def expected_reject_reason(
+    request: Document, scheduler: Document, kv_cache: Document | None = None
+) -> str | None:
     """R10, restated: the reason ``request`` is rejected, or None."""
     if request["prompt_tokens"] == 0:
         return "empty_prompt"
@@ -35,6 +54,10 @@ def expected_reject_reason(request: Document, scheduler: Document) -> str | None
     whole = scheduler["prefill"]["mode"] == "whole"
     if whole and request["prompt_tokens"] > scheduler["max_batched_tokens"]:
         return "prefill_exceeds_step_budget"
+    if kv_cache is not None:
+        capacity = kv_cache["blocks"] * kv_cache["block_tokens"]
+        if request["prompt_tokens"] + request["max_output_tokens"] > capacity:
+            return "exceeds_kv_cache"
     return None
 
 
@@ -47,7 +70,7 @@ def check_terminal_states(scenario: Document, workload: Document, report: Docume
     )
     for request, entry in zip(workload["requests"], entries, strict=True):
         rid = request["id"]
-        reason = expected_reject_reason(request, scenario["scheduler"])
+        reason = expected_reject_reason(request, scenario["scheduler"], cache_of(scenario))
         _require(entry["reject_reason"] == reason, "R10", f"{rid}: reason {entry['reject_reason']}")
         if reason is None:
             _require(entry["outcome"] == "completed", "R9", f"{rid} did not complete")
@@ -141,10 +164,34 @@ def check_trace_consistency(report: Document) -> None:
                 decoded[request_id] += 1
     for rid, entry in entries.items():
         if entry["outcome"] == "completed":
-            _require(prefilled[rid] == entry["prompt_tokens"], "R20", f"{rid}: prefill tokens")
-            _require(decoded[rid] == entry["output_tokens"] - 1, "R20", f"{rid}: decode steps")
+            check_accounted(entry, prefilled[rid], decoded[rid])
         else:
             _require(rid not in prefilled and rid not in decoded, "R10", f"{rid}: was run")
+
+
+def check_accounted(entry: Document, prefilled: int, decoded: int) -> None:
+    """R20, R48, R49, R51: a completed request's allotments are its prompt less what it reused
+    (0 without a cache), and it decoded every output token but the first, which the step that
+    completes its prefill produces.
+
+    Exactly so when it was never preempted. A preempted request recomputes when readmitted
+    (R49), and the step that completes a recompute produces its next token (R51), so it decoded
+    between ``output_tokens - 1 - preemptions`` and ``output_tokens - 1`` times, and computed at
+    least one token at its last admission (R48).
+    """
+    rid, preemptions = entry["id"], entry["preemptions"]
+    output = entry["output_tokens"]
+    if preemptions == 0:
+        expected = entry["prompt_tokens"] - entry["reused_prompt_tokens"]
+        _require(prefilled == expected, "R20", f"{rid}: prefilled {prefilled}, not {expected}")
+        _require(decoded == output - 1, "R20", f"{rid}: decoded {decoded} times")
+        return
+    _require(prefilled >= 1, "R48", f"{rid}: never computed a token")
+    _require(
+        output - 1 - preemptions <= decoded <= output - 1,
+        "R51",
+        f"{rid}: decoded {decoded} times with {preemptions} preemptions",
+    )
 
 
 def check_counts(report: Document) -> None:
@@ -154,17 +201,30 @@ def check_counts(report: Document) -> None:
     output = sum(e["output_tokens"] for e in completed)
     _require(summary["output_tokens"] == output, "R28", "output_tokens")
     _require(output == sum(w["output_tokens"] for w in workers), "R29", "output_tokens")
-    _require(
-        summary["prompt_tokens"] == sum(w["prefill_tokens"] for w in workers), "R29", "prefill"
-    )
+    caches = [w["kv_cache"] for w in workers if w["kv_cache"] is not None]
+    reused = sum(cache["reused_tokens"] for cache in caches)
+    preempted = sum(cache["preemptions"] for cache in caches)
+    computed = sum(w["prefill_tokens"] for w in workers) + reused
+    # R29, R48, R49: every prompt token is prefilled or reused; a recompute does it again.
+    if preempted == 0:
+        _require(summary["prompt_tokens"] == computed, "R29", "prefill and reuse")
+    else:
+        _require(summary["prompt_tokens"] <= computed, "R29", "prefill and reuse")
     _require(summary["steps"] == sum(w["steps"] for w in workers), "R29", "steps")
     if report["trace"] is not None:
         _require(summary["steps"] == len(report["trace"]), "R30", "trace length")
     _require(summary["completed"] == sum(w["completed"] for w in workers), "R29", "completed")
     _require(sum(w["routed"] for w in workers) == summary["completed"], "R29", "routed")
     for worker in workers:
+        # R29: decode tokens plus one per prefill completed: one per completed request, plus
+        # (R51) one per recompute completed, at most one per preemption.
         tokens = worker["decode_tokens"] + worker["completed"]
-        _require(worker["output_tokens"] == tokens, "R29", f"worker {worker['worker']}")
+        recomputes = 0 if worker["kv_cache"] is None else worker["kv_cache"]["preemptions"]
+        _require(
+            tokens <= worker["output_tokens"] <= tokens + recomputes,
+            "R29",
+            f"worker {worker['worker']}: output_tokens",
+        )
         _require(worker["busy_us"] <= summary["makespan_us"], "R29", "busy over makespan")
     gaps = sum(max(0, e["output_tokens"] - 1) for e in completed)
     _require(summary["itl_us"]["count"] == gaps, "R28", "itl count")
@@ -238,6 +298,12 @@ def check_report(scenario: Document, workload: Document, report: Document) -> No
         lambda: check_token_times(report),
         lambda: check_trace_consistency(report),
         lambda: check_counts(report),
+        lambda: check_kv_absent(scenario, report),
+        lambda: check_kv_capacity(scenario, report),
+        lambda: check_kv_reuse(scenario, workload, report),
+        lambda: check_kv_preemptions(scenario, report),
+        lambda: check_kv_summary(scenario, report),
+        lambda: check_kv_blocks(scenario, workload, report),
     ]
     for check in checks:
         check()

@@ -16,8 +16,9 @@ from typing import Any
 import servesim
 from servesim.canonical import canonical_bytes
 from servesim.migrations import CHAIN
+from servesim.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES
-from servesim_conformance.implementation import Implementation
+from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.runner import REPORT_NAME, replay_arguments
 
 Documents = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
@@ -48,6 +49,15 @@ def at_current_version(data: bytes) -> bytes:
     if value.get("schema_version") == current or canonical_bytes(value) + b"\n" != data:
         return data
     return canonical_bytes(CHAIN.migrate(value).document) + b"\n"
+
+
+def reads_kv_cache(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.1 and workload 1.1,
+    the versions with ``kv_cache`` and prefix hashes (R53), so generated cases may use them."""
+    kinds = ("scenario", "workload")
+    return all(
+        description.declares(kind, "1.1") and "1.1" in SUPPORTED_VERSIONS[kind] for kind in kinds
+    )
 
 
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
@@ -81,6 +91,18 @@ class PropertyRunner:
                     f"{run.stderr.strip()[-500:]}"
                 )
             return report.read_bytes()
+
+    def rejects(self, documents: Documents) -> tuple[int | None, bool]:
+        """The exit code on ``documents`` and whether a report file was left (R5 wants 2 and
+        none); a timeout raises ``PropertyFailure``."""
+        with tempfile.TemporaryDirectory(prefix="servesim-property-") as temporary:
+            folder = Path(temporary)
+            for role, data in input_bytes(documents).items():
+                (folder / INPUT_FILES[role]).write_bytes(data)
+            run = self.implementation.run(replay_arguments(folder, trace=True))
+            if run.timed_out:
+                raise PropertyFailure(f"timed out after {self.implementation.timeout_s:g} s")
+            return run.returncode, (folder / REPORT_NAME).exists()
 
     def report(self, documents: Documents, *, trace: bool = True) -> dict[str, Any]:
         """The report's value at the current report version (an older one migrated, R38)."""

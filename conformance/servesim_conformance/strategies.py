@@ -7,6 +7,7 @@ workers, fewer requests, shorter prompts, earlier arrivals.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import settings
@@ -102,9 +103,261 @@ def timing_profiles(draw: st.DrawFn) -> dict[str, Any]:
     )
 
 
-def input_triples() -> st.SearchStrategy[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+#: (scenario, workload, timing profile).
+Documents = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
+
+
+def input_triples() -> st.SearchStrategy[Documents]:
     """(scenario, workload, timing profile), drawn together."""
     return st.tuples(scenarios(), workloads(), timing_profiles())
+
+
+# --- KV cache, prefix caching and preemption (SPEC.md section 11) -------------------------------
+
+
+def blocks_needed(request: dict[str, Any], block_tokens: int) -> int:
+    """The blocks a request needs alone at its longest: ``ceil((prompt + output) / B)`` (R10)."""
+    tokens: int = request["prompt_tokens"] + request["max_output_tokens"]
+    return -(-tokens // block_tokens)
+
+
+def accepted_before_the_cache(request: dict[str, Any], scheduler: dict[str, Any]) -> bool:
+    """Whether R10's reasons 1 to 4 (those that do not look at the cache) accept ``request``."""
+    prompt, output = request["prompt_tokens"], request["max_output_tokens"]
+    if prompt == 0 or output == 0 or prompt + output > scheduler["max_model_len"]:
+        return False
+    whole = scheduler["prefill"]["mode"] == "whole"
+    return not (whole and prompt > scheduler["max_batched_tokens"])
+
+
+@st.composite
+def hash_chains(draw: st.DrawFn) -> list[int]:
+    """Where each chain of a shared prefix pool leaves chain 0 (R47).
+
+    Chain 0 is ``0, 1, 2, ...``; chain c agrees with it on its first ``d_c`` hashes and then
+    goes its own way, so two requests on different chains still share their first blocks.
+    Shrinks towards one chain (everyone shares everything).
+    """
+    return draw(st.lists(st.integers(0, 3), min_size=0, max_size=2))
+
+
+def chain_hash(divergence: list[int], chain: int, position: int) -> int:
+    """The ``position``-th hash of ``chain`` in the pool ``divergence`` describes."""
+    if chain == 0 or position < divergence[chain - 1]:
+        return position
+    return chain * 100 + position
+
+
+@st.composite
+def prefix_hash_list(
+    draw: st.DrawFn, *, prompt_tokens: int, hash_block_tokens: int, divergence: list[int], own: int
+) -> list[int] | None:
+    """A request's ``prefix_hashes`` (R47), or None for none: a shared chain's leading hashes,
+    then hashes of its own (``own`` makes them unique), never more than
+    ``ceil(prompt_tokens / H)`` in all (R4). Shrinks towards every block hashed, all shared, on
+    chain 0."""
+    most = -(-prompt_tokens // hash_block_tokens)
+    if draw(st.integers(0, 5)) == 5:
+        return None
+    count = most - draw(st.integers(0, most))
+    chain = draw(st.integers(0, len(divergence)))
+    shared = count if draw(st.integers(0, 2)) < 2 else draw(st.integers(0, count))
+    own_hashes = [10_000 * (own + 1) + position for position in range(shared, count)]
+    return [chain_hash(divergence, chain, i) for i in range(shared)] + own_hashes
+
+
+@st.composite
+def kv_scheduler_limits(draw: st.DrawFn) -> dict[str, Any]:
+    """Scheduler limits for a run with a cache: several sequences at once (one alone never
+    contends for blocks), a budget and a model length that accept most prompts (R4, R10), and
+    one time in ten a tight model length. Shrinks towards two sequences and whole prefill."""
+    max_num_seqs = draw(st.integers(2, 4)) if draw(st.integers(0, 5)) < 5 else 1
+    max_batched_tokens = draw(st.integers(max(max_num_seqs, 16), 32))
+    tight = draw(st.integers(0, 9)) == 9
+    max_model_len = draw(st.integers(1, 30)) if tight else draw(st.integers(40, 64))
+    prefill: dict[str, Any] = {"mode": "whole"}
+    if draw(st.booleans()):
+        prefill = {"mode": "chunked", "max_chunk_tokens": draw(st.integers(1, 12))}
+    return {
+        "max_num_seqs": max_num_seqs,
+        "max_batched_tokens": max_batched_tokens,
+        "max_model_len": max_model_len,
+        "prefill": prefill,
+    }
+
+
+@st.composite
+def kv_output_lengths(draw: st.DrawFn) -> int:
+    """Mostly 1 to 16 tokens, long enough to cross block boundaries while decoding (R46); one
+    time in twenty an extreme value (R10). Shrinks towards 1."""
+    if draw(st.integers(0, 19)) == 19:
+        return draw(st.sampled_from(EXTREME_OUTPUTS))
+    return draw(st.integers(1, 16))
+
+
+@st.composite
+def kv_workloads(
+    draw: st.DrawFn, *, hash_block_tokens: int, max_size: int = 10, max_prompt: int = 24
+) -> dict[str, Any]:
+    """A workload 1.1 whose requests carry hashes from a small shared pool of prefixes (R47).
+
+    Arrivals bunch together (so requests overlap and contend for blocks), prompts are long
+    enough to span several blocks, and most requests share leading blocks, so prefix hits are
+    real. Now and then a request is one R10 rejects.
+    """
+    divergence = draw(hash_chains())
+    drawn = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, 12).map(lambda value: value * 100),
+                # one time in 25 an empty prompt (R10); shrinks towards 1
+                st.integers(1, max_prompt + 1).map(lambda v: 0 if v > max_prompt else v),
+                kv_output_lengths(),
+            ),
+            min_size=1,
+            max_size=max_size,
+        )
+    )
+    requests = []
+    for index, (arrival, prompt, output) in enumerate(drawn):
+        request: dict[str, Any] = {
+            "id": f"r{index}",
+            "arrival_us": arrival,
+            "prompt_tokens": prompt,
+            "max_output_tokens": output,
+        }
+        hashes = draw(
+            prefix_hash_list(
+                prompt_tokens=prompt,
+                hash_block_tokens=hash_block_tokens,
+                divergence=divergence,
+                own=index,
+            )
+        )
+        if hashes is not None:
+            request["prefix_hashes"] = hashes
+        requests.append(request)
+    return {
+        "document": "workload",
+        "schema_version": "1.1",
+        "prefix_hash_block_tokens": hash_block_tokens,
+        "requests": requests,
+    }
+
+
+@st.composite
+def cache_blocks(draw: st.DrawFn, *, needed: int) -> int:
+    """A cache size for requests of which the largest needs ``needed`` blocks alone (R10).
+
+    Mostly under pressure: from just enough for the largest request to a few blocks more, so
+    running requests contend, evict (R49) and preempt; sometimes roomy (no pressure at all);
+    sometimes smaller than the largest request, which R10 then rejects (``exceeds_kv_cache``).
+    Shrinks towards just enough.
+    """
+    pressure = draw(st.integers(0, 4))
+    if pressure <= 2:
+        return needed + draw(st.integers(0, 2))
+    if pressure == 3 and needed > 1:
+        return max(1, needed - draw(st.integers(1, 3)))
+    return needed * draw(st.integers(2, 6)) + draw(st.integers(0, 4))
+
+
+@st.composite
+def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2, max_requests: int = 10) -> Documents:
+    """(scenario 1.1 with ``kv_cache``, workload 1.1 with prefix hashes, synthetic profile).
+
+    Tiny blocks (1 to 8 tokens) so that prompts of a few tokens span several; the hash block
+    size is a multiple of the engine block (R4, R47); the cache is sized from the workload
+    (``cache_blocks``), so memory pressure, eviction and preemption are common.
+    """
+    block_tokens = draw(st.integers(1, 8))
+    hash_block_tokens = block_tokens * draw(st.integers(1, 3))
+    workload = draw(kv_workloads(hash_block_tokens=hash_block_tokens, max_size=max_requests))
+    scheduler = draw(kv_scheduler_limits())
+    accepted = [r for r in workload["requests"] if accepted_before_the_cache(r, scheduler)]
+    needed = max((blocks_needed(r, block_tokens) for r in accepted), default=1)
+    kv_cache = {
+        "blocks": draw(cache_blocks(needed=needed)),
+        "block_tokens": block_tokens,
+        "prefix_caching": draw(st.integers(0, 3)) != 3,
+    }
+    routing: dict[str, Any] = {"policy": "round_robin"}
+    if draw(st.integers(0, 3)) == 3:
+        routing = {"policy": "random", "seed": draw(st.integers(0, 2**64 - 1))}
+    scenario = {
+        "document": "scenario",
+        "schema_version": "1.1",
+        "fleet": {"workers": draw(st.integers(1, max_workers))},
+        "routing": routing,
+        "scheduler": scheduler,
+        "kv_cache": kv_cache,
+    }
+    return scenario, workload, draw(timing_profiles())
+
+
+@st.composite
+def hashed_input_triples_without_cache(draw: st.DrawFn) -> Documents:
+    """(scenario 1.0, workload 1.1 with prefix hashes, profile): without a cache the hashes
+    must change nothing (R45); H need not be a multiple of anything (R4)."""
+    scenario, _, timing = draw(input_triples())
+    return scenario, draw(kv_workloads(hash_block_tokens=draw(st.integers(1, 8)))), timing
+
+
+def _request_with_most_hashes(workload: dict[str, Any]) -> dict[str, Any]:
+    """The first request with the longest prompt: the one given too many hashes."""
+    return max(workload["requests"], key=lambda request: request["prompt_tokens"])
+
+
+#: How ``broken_kv_input_triples`` breaks one rule of R3 or R4 on cache and hash members.
+KV_INPUT_FAULTS = (
+    "hash block size not a multiple of the engine block",  # R4, R47
+    "more hashes than the prompt's blocks",  # R4
+    "hashes without a hash block size",  # R4
+    "a cache of no blocks",  # R3, R45
+    "a block of no tokens",  # R3, R45
+    "kv_cache in a scenario 1.0",  # R3, R53
+    "prefix_hashes in a workload 1.0",  # R3, R53
+    "a hash beyond 2^53-1",  # R3, R47
+)
+
+
+@st.composite
+def broken_kv_input_triples(draw: st.DrawFn) -> tuple[str, Documents]:
+    """A KV triple broken in exactly one way of ``KV_INPUT_FAULTS``, which every
+    implementation that reads scenario and workload 1.1 must reject (R5: exit 2, no report)."""
+    scenario, workload, timing = copy.deepcopy(draw(kv_input_triples()))
+    fault = draw(st.sampled_from(KV_INPUT_FAULTS))
+    cache, requests = scenario["kv_cache"], workload["requests"]
+    if fault == KV_INPUT_FAULTS[0]:
+        cache["block_tokens"] = draw(st.integers(2, 8))
+        offset = draw(st.integers(1, cache["block_tokens"] - 1))
+        workload["prefix_hash_block_tokens"] = (
+            cache["block_tokens"] * draw(st.integers(0, 2)) + offset
+        )
+    elif fault == KV_INPUT_FAULTS[1]:
+        request = _request_with_most_hashes(workload)
+        most = -(-request["prompt_tokens"] // workload["prefix_hash_block_tokens"])
+        request["prefix_hashes"] = list(range(most + draw(st.integers(1, 2))))
+    elif fault == KV_INPUT_FAULTS[2]:
+        del workload["prefix_hash_block_tokens"]
+        request = _request_with_most_hashes(workload)
+        request["prefix_hashes"] = request.get("prefix_hashes") or [0]
+    elif fault == KV_INPUT_FAULTS[3]:
+        cache["blocks"] = 0
+    elif fault == KV_INPUT_FAULTS[4]:
+        cache["block_tokens"] = 0
+    elif fault == KV_INPUT_FAULTS[5]:
+        scenario["schema_version"] = "1.0"
+    elif fault == KV_INPUT_FAULTS[6]:
+        workload["schema_version"] = "1.0"
+        if not any("prefix_hashes" in request for request in requests):
+            requests[0]["prefix_hashes"] = []
+    else:
+        request = _request_with_most_hashes(workload)
+        if request["prompt_tokens"] == 0:
+            request["prompt_tokens"] = 1
+        request["prefix_hashes"] = [2**53 + draw(st.integers(0, 5))]
+    return fault, (scenario, workload, timing)
 
 
 #: The largest limits ``scheduler_limits()`` draws, which a generated measured profile claims as

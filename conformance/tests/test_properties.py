@@ -24,10 +24,17 @@ from servesim_conformance.properties import (
     PropertyRunner,
     at_current_version,
     input_bytes,
+    reads_kv_cache,
     reference_report,
     write_case,
 )
-from servesim_conformance.strategies import input_triples, measured_input_triples
+from servesim_conformance.strategies import (
+    broken_kv_input_triples,
+    hashed_input_triples_without_cache,
+    input_triples,
+    kv_input_triples,
+    measured_input_triples,
+)
 
 EXAMPLES = int(os.environ.get("SERVESIM_PROPERTY_EXAMPLES", "25"))
 tier = settings(max_examples=EXAMPLES)
@@ -105,6 +112,14 @@ def test_differential_against_reference(
     runner: PropertyRunner, documents: Documents, pytestconfig: pytest.Config
 ) -> None:
     """Byte-for-byte agreement with the reference (only with --differential)."""
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged")
+
+
+def _compare_with_reference(
+    runner: PropertyRunner, documents: Documents, pytestconfig: pytest.Config, *, folder: str
+) -> None:
+    """Fail, writing the case under ``--divergence-dir``/``folder``, unless the report has the
+    reference's bytes; skip unless differential mode is on."""
     enabled = pytestconfig.getoption("--differential") or os.environ.get("SERVESIM_DIFFERENTIAL")
     if not enabled:
         pytest.skip("differential mode is off (--differential or SERVESIM_DIFFERENTIAL=1)")
@@ -114,5 +129,102 @@ def test_differential_against_reference(
         target = Path(pytestconfig.getoption("--divergence-dir") or ".servesim-divergence")
         # Hypothesis calls this again with ever smaller inputs and last with the minimal one,
         # so the folder ends up holding the shrunk case.
-        write_case(target / "diverged", documents, note="The implementation's report differs.")
-        pytest.fail(f"report differs from the reference; case written to {target / 'diverged'}")
+        write_case(target / folder, documents, note="The implementation's report differs.")
+        pytest.fail(f"report differs from the reference; case written to {target / folder}")
+
+
+# --- KV cache, prefix caching and preemption (SPEC.md section 11) ------------------------------
+
+
+def _needs_kv_cache(description: Description) -> None:
+    """Skip unless the implementation (and the reference) read scenario and workload 1.1."""
+    if not reads_kv_cache(description):
+        pytest.skip("the implementation does not declare scenario 1.1 and workload 1.1 (R53)")
+
+
+@tier
+@given(documents=kv_input_triples())
+def test_kv_cache_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R45 to R52 with memory pressure: blocks in use within the cache and equal to the running
+    requests' cached tokens, reuse in whole blocks below the prompt, every preempted request
+    completed once, the cache counters adding up; and every invariant of sections 3 to 7."""
+    _needs_kv_cache(description)
+    scenario, workload, timing = documents
+    report = runner.report(documents)
+    invariants.check_report(scenario, workload, report)
+    invariants.check_step_shapes(timing, report)
+    invariants.check_digests(input_bytes(documents), report)
+
+
+@tier
+@given(documents=kv_input_triples())
+def test_kv_cache_hashes_change_nothing_with_prefix_caching_off(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R47 (metamorphic): with prefix caching off no block is identified, so removing every
+    prefix hash leaves the report as it was, but for the workload's digest."""
+    _needs_kv_cache(description)
+    scenario, workload, timing = documents
+    off = {**scenario, "kv_cache": {**scenario["kv_cache"], "prefix_caching": False}}
+    with_hashes = runner.report((off, workload, timing))
+    without = runner.report((off, invariants.without_prefix_hashes(workload), timing))
+    invariants.check_hashes_change_nothing(with_hashes, without)
+
+
+@tier
+@given(documents=hashed_input_triples_without_cache())
+def test_kv_cache_hashes_change_nothing_without_a_cache(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R45, R47 (metamorphic): without ``kv_cache`` the hashes change nothing either."""
+    _needs_kv_cache(description)
+    scenario, workload, timing = documents
+    with_hashes = runner.report(documents)
+    without = runner.report((scenario, invariants.without_prefix_hashes(workload), timing))
+    invariants.check_hashes_change_nothing(with_hashes, without)
+
+
+@tier
+@given(documents=kv_input_triples(), shift=st.integers(1, 10**9))
+def test_kv_cache_shifting_arrivals_shifts_times(
+    runner: PropertyRunner, description: Description, documents: Documents, shift: int
+) -> None:
+    """R6, R7 (metamorphic) with a cache: blocks, reuse and preemptions depend on no clock."""
+    _needs_kv_cache(description)
+    scenario, workload, timing = documents
+    shifted: dict[str, Any] = json.loads(json.dumps(workload))
+    for request in shifted["requests"]:
+        request["arrival_us"] += shift
+    before = runner.report(documents)
+    after = runner.report((scenario, shifted, timing))
+    invariants.check_arrival_shift(before, after, shift)
+
+
+@tier
+@given(documents=kv_input_triples())
+def test_kv_cache_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on runs with a cache under memory pressure
+    (only with --differential, and only when both read scenario and workload 1.1)."""
+    _needs_kv_cache(description)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-kv-cache")
+
+
+@tier
+@given(case=broken_kv_input_triples())
+def test_kv_cache_broken_inputs_are_rejected(
+    runner: PropertyRunner, description: Description, case: tuple[str, Documents]
+) -> None:
+    """R3, R4, R5: a cache or hash member broken in one way is invalid input: exit 2 and no
+    report (a block size that does not fit the hashes', too many hashes, hashes without their
+    block size, a cache of no blocks, members at a version without them, a hash too big)."""
+    _needs_kv_cache(description)
+    fault, documents = case
+    code, left_report = runner.rejects(documents)
+    assert (code, left_report) == (2, False), f"{fault}: exit {code}, report left: {left_report}"
