@@ -553,11 +553,17 @@ class CachingWorker(Worker):
         spare = 0 if traced else self.cache.free
         cached = [state.cached_tokens for state in step.decode]
         blocks_for = self.cache.blocks_for
+        block_tokens = self.cache.block_tokens
+        # the steps before any request's cached tokens outgrow its blocks: none is taken
+        headroom = min(-tokens % block_tokens for tokens in cached) + 1
+        high = _steps_to_first_completion(step)
+        if spare == 0 or headroom >= high:
+            return min(headroom, high)
 
         def taken(steps: int) -> int:  # the blocks steps 2 to ``steps`` take
             return sum(blocks_for(c + steps - 1) - blocks_for(c) for c in cached)
 
-        low, high = 1, _steps_to_first_completion(step)  # taken(low) == 0 <= spare
+        low = headroom  # taken(low) == 0 <= spare
         while low < high:
             middle = (low + high + 1) // 2
             if taken(middle) <= spare:
