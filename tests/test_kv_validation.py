@@ -15,6 +15,7 @@ from servesim.errors import InvalidInput
 from servesim.model import KvCache
 from servesim.replay import replay
 from tests.helpers import (
+    REPO,
     replay_args,
     run_servesim,
     scenario_doc,
@@ -181,3 +182,16 @@ def test_r4_hash_block_tokens_without_kv_cache_need_no_multiple(tmp_path: Path) 
     result = run_servesim(*replay_args(paths, output))
     assert result.returncode == 0, result.stderr
     assert json.loads(output.read_text())["schema_version"] == "3.0"
+
+
+def test_r4_validate_checks_a_scenario_and_a_workload_given_together() -> None:
+    """R33: given exactly one scenario and one workload, ``servesim validate`` applies R4's
+    rule across them (R47) as ``replay`` does, and names the workload's member."""
+    case = REPO / "golden" / "invalid" / "prefix-hash-block-tokens-not-multiple-of-block-tokens"
+    together = run_servesim("validate", case / "scenario.json", case / "workload.json")
+    assert together.returncode == 2
+    assert "workload.json: at /prefix_hash_block_tokens: 6 is not a multiple" in together.stderr
+    assert "valid scenario 1.1" in together.stdout
+    assert "valid workload" not in together.stdout
+    alone = run_servesim("validate", case / "workload.json")
+    assert alone.returncode == 0, alone.stderr

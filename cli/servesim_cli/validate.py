@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from servesim.documents import read_document
+from servesim.documents import Document, check_pair, read_document
 from servesim.errors import ServesimError
 from servesim_cli.command import EXIT_OK, Command
 from servesim_cli.messages import report_invalid
@@ -16,20 +16,42 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
     status = EXIT_OK
+    valid: list[Document] = []
     for file in arguments.files:
         try:
-            document = read_document(file)
+            valid.append(read_document(file))
         except ServesimError as error:
             status = report_invalid(error)
-            continue
-        print(f"{file}: valid {document.kind} {document.version}")
+    refused = _refused_pair(valid)
+    if refused is not None:
+        status = report_invalid(refused)
+    for document in valid:
+        if refused is None or document.kind != "workload":
+            print(f"{document.file}: valid {document.kind} {document.version}")
     return status
+
+
+def _refused_pair(documents: list[Document]) -> ServesimError | None:
+    """R4's rule across a scenario and a workload (R47), when the files given hold exactly one
+    valid scenario and one valid workload: they are then the inputs of one replay, and a check
+    of each file alone would pass a pair that ``replay`` refuses. The problem is the
+    workload's (its ``prefix_hash_block_tokens``), so only the scenario is then called valid."""
+    scenarios = [document for document in documents if document.kind == "scenario"]
+    workloads = [document for document in documents if document.kind == "workload"]
+    if len(scenarios) != 1 or len(workloads) != 1:
+        return None
+    try:
+        check_pair(scenarios[0], workloads[0])
+    except ServesimError as error:
+        return error
+    return None
 
 
 COMMAND = Command(
     name="validate",
     description="Check each document (its kind is read from its 'document' field) against "
-    "R1 to R4. Exit 0 if all are valid, 2 otherwise.",
+    "R1 to R4; given exactly one scenario and one workload, also R4's check of the two "
+    "together. Exit 0 if all are valid, 2 otherwise.",
     add_arguments=_add_arguments,
     run=_run,
 )
