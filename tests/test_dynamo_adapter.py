@@ -188,13 +188,15 @@ def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:
 def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The adapter writes report 2.0 (it runs no cache); migrated to the current version, as the
-    harness does before comparing (R38), it is the golden report byte for byte."""
+    """The adapter writes report 3.0 (R52's members from Dynamo's admissions; no cache, so
+    their no-cache values): the golden report byte for byte, with nothing to migrate."""
     code, report = replay_with_fixture(case, tmp_path, monkeypatch)
     assert code == cli.EXIT_OK
-    assert json.loads(report.read_bytes())["schema_version"] == "2.0"
+    written = report.read_bytes()
+    assert json.loads(written)["schema_version"] == "3.0"
     expected = (GOLDEN / case / "expected-report.json").read_bytes()
-    assert at_current_version(report.read_bytes()) == expected
+    assert written == expected
+    assert at_current_version(written) == expected
 
 
 def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(
