@@ -5,20 +5,24 @@ not registered (R47) has no identity and one holder, so it needs no name: a requ
 ``HeldBlocks`` counts its blocks and lists only the identities of its registered ones, and the
 cache only counts how many are free. A registered block is named by its identity; ``entries``
 maps it to ``HELD`` while requests hold it (``shared`` counts its holders beyond the first), or
-to its release number once nobody holds it (it is then *cached*). ``order`` lists identities by
-release number, so eviction (R49) reads the least recently released first; an entry whose block
-was reused (held again) or released again later is stale and skipped.
+to its release number once nobody holds it (it is then *cached*).
 
-Every operation works on whole lists of blocks with the interpreter's built-in bulk operations
-(``dict.update``, ``dict.fromkeys``, ``list.extend``), falling back to a block at a time only
-where blocks differ (a shared block at release, a duplicate at registration, a stale entry at
-eviction): the long prompts of real traces hold hundreds of blocks each.
+Eviction (R49) takes cached blocks in order of release number, so the evicted ones are exactly
+those whose release number is below a *frontier* that eviction moves up: evicting n blocks moves
+it past n release numbers still in use, skipping those of blocks reused since (held again, or
+released again with a newer number). An evicted block's entry is simply left behind, below the
+frontier, and counts as absent; so eviction touches no block at all.
+
+Every other operation works on whole lists of blocks with the interpreter's built-in bulk
+operations (``dict.update``, ``dict.fromkeys``, ``max`` over ``map``), falling back to a block at
+a time only where blocks differ (a shared block at release, a duplicate at registration): the
+long prompts of real traces hold hundreds of blocks each.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -33,9 +37,14 @@ exactly when the pairs are; an integer keeps the registry free of millions of sm
 PRIVATE = -1
 """A block that is not registered, in the view ``HeldBlocks`` gives of a request's blocks."""
 
-HELD = -1
-"""The ``entries`` value of a registered block that one or more running requests hold (a
-cached block's value is its release number, never negative)."""
+HELD = 1 << 62
+"""The ``entries`` value of a registered block that one or more running requests hold: above
+every release number, so that a block is registered exactly when its value is at least the
+eviction frontier (``BlockCache``)."""
+
+ABSENT = -1
+"""The value ``BlockCache.entries`` stands for when an identity has no entry: below every
+frontier."""
 
 
 @dataclass(slots=True)
@@ -128,12 +137,14 @@ def block_identities(
 class BlockCache:
     """One worker's cache of ``blocks`` blocks of ``block_tokens`` tokens (R45 to R49).
 
-    ``free`` counts free blocks and ``cached_count`` cached ones; ``entries`` maps each
-    registered block's identity to ``HELD`` or, when cached, its release number; ``shared``
-    counts the holders beyond the first of the held blocks that have several; ``order`` holds
-    identities by release number (``order[i]`` was released with number ``order_base + i``),
-    from ``order_head`` on those not yet looked at by eviction. Every other block is held. So
-    held + cached + free = blocks at every instant (R45) by construction.
+    ``free`` counts free blocks and ``cached_count`` cached ones. ``entries`` maps identities
+    to ``HELD`` or a release number; an identity is registered exactly when its value is at
+    least ``frontier``, the smallest release number not yet passed by eviction, and cached
+    when it is registered and not ``HELD``. ``shared`` counts the holders beyond the first of
+    the held blocks that have several; ``reused`` holds (as a heap) the release numbers at or
+    above the frontier whose blocks were reused since, which eviction skips; ``next_release``
+    is the next release number (R46). Every other block is held. So held + cached + free =
+    blocks at every instant (R45) by construction.
     """
 
     __slots__ = (
@@ -143,9 +154,9 @@ class BlockCache:
         "counters",
         "entries",
         "free",
-        "order",
-        "order_base",
-        "order_head",
+        "frontier",
+        "next_release",
+        "reused",
         "shared",
     )
 
@@ -156,9 +167,9 @@ class BlockCache:
         self.cached_count = 0
         self.entries: dict[Identity, int] = {}
         self.shared: dict[Identity, int] = {}
-        self.order: list[Identity] = []
-        self.order_base = 0
-        self.order_head = 0
+        self.frontier = 0
+        self.reused: list[int] = []
+        self.next_release = 0
         self.counters = counters
 
     @property
@@ -170,17 +181,23 @@ class BlockCache:
     def registry(self) -> dict[Identity, int]:
         """R47: each registered block's identity and its number of holders (0 when cached); a
         view built on demand, for checks."""
-        shared = self.shared
+        shared, frontier = self.shared, self.frontier
         return {
             identity: 1 + shared.get(identity, 0) if value == HELD else 0
             for identity, value in self.entries.items()
+            if value >= frontier
         }
 
     @property
     def cached(self) -> dict[Identity, int]:
         """R49: each cached block's identity and release number, oldest first; a view built on
         demand, for checks."""
-        cached = [(number, identity) for identity, number in self.entries.items() if number >= 0]
+        frontier = self.frontier
+        cached = [
+            (number, identity)
+            for identity, number in self.entries.items()
+            if frontier <= number < HELD
+        ]
         return {identity: number for number, identity in sorted(cached)}
 
     def obtainable(self) -> int:
@@ -202,37 +219,28 @@ class BlockCache:
         held.count += count
 
     def evict(self, count: int) -> None:
-        """R49: the ``count`` least recently released cached blocks leave the registry."""
-        entries, order = self.entries, self.order
-        head = self.order_head
-        number = self.order_base + head  # the release number of order[head]
-        window = order[head : head + count]
-        if list(map(entries.get, window)) == list(range(number, number + count)):
-            # the common case, no stale entry among the next ``count``: all evicted at once
-            deque(map(entries.__delitem__, window), maxlen=0)
-            head += count
-        else:
-            left = count
-            while left:
-                identity = order[head]
-                if entries.get(identity) == number:  # else stale: reused or released again
-                    del entries[identity]
-                    left -= 1
-                head += 1
-                number += 1
-        self.order_head = head
-        if head > 4096 and 2 * head > len(order):  # forget the entries eviction has passed
-            del order[:head]
-            self.order_base += head
-            self.order_head = 0
+        """R49: the ``count`` least recently released cached blocks leave the registry: the
+        frontier moves past ``count`` release numbers of cached blocks, and past the numbers
+        of reused blocks it meets on the way."""
+        reused = self.reused
+        end = self.frontier + count
+        while reused and reused[0] < end:
+            heapq.heappop(reused)
+            end += 1
+        self.frontier = end
         self.cached_count -= count
         self.counters.evictions += count
 
     def hits(self, identities: Sequence[Identity], most: int) -> list[Identity]:
         """R48: the request's blocks 0, 1, ... that are registered, as far as they all are,
         and at most ``most`` of them."""
-        leading = itertools.islice(identities, most)
-        return list(itertools.takewhile(self.entries.__contains__, leading))
+        get, frontier = self.entries.get, self.frontier
+        hits: list[Identity] = []
+        for identity in itertools.islice(identities, most):
+            if get(identity, ABSENT) < frontier:
+                break
+            hits.append(identity)
+        return hits
 
     def cached_among(self, hits: list[Identity]) -> int:
         """How many of a request's hit blocks are cached (held by nobody)."""
@@ -240,14 +248,15 @@ class BlockCache:
 
     def hold(self, held: HeldBlocks, hits: list[Identity]) -> None:
         """R48: a request admitted with a hit becomes a holder of its hit blocks; a cached one
-        becomes held and loses its release number (its ``order`` entry turns stale)."""
+        becomes held and loses its release number (which eviction will skip)."""
         entries, shared = self.entries, self.shared
         values = list(map(entries.__getitem__, hits))
         already = values.count(HELD)
-        if already:  # a block with holders gains one
-            for identity, value in zip(hits, values, strict=True):
-                if value == HELD:
-                    shared[identity] = shared.get(identity, 0) + 1
+        for identity, value in zip(hits, values, strict=True):
+            if value == HELD:  # a block with holders gains one
+                shared[identity] = shared.get(identity, 0) + 1
+            else:
+                heapq.heappush(self.reused, value)
         self.cached_count -= len(hits) - already
         entries.update(dict.fromkeys(hits, HELD))
         held.registered.extend(hits)
@@ -259,16 +268,17 @@ class BlockCache:
         """R47: at the end of a step, register the identified blocks the request filled in it
         (its cached tokens went from ``before`` to ``after``), unless their identity already
         has a block: such a duplicate stays unregistered (private)."""
-        entries = self.entries
+        entries, frontier = self.entries, self.frontier
         first = before // self.block_tokens
         last = min(after // self.block_tokens, len(identities))  # identified blocks only
         filled = identities[first:last]
-        if entries.keys().isdisjoint(filled):  # no duplicate: all at once
+        values = map(entries.get, filled, itertools.repeat(ABSENT))
+        if max(values, default=ABSENT) < frontier:  # no duplicate: all at once
             entries.update(dict.fromkeys(filled, HELD))  # each held by its filler
             held.registered.extend(filled)
             return
         for identity in filled:
-            if identity not in entries:
+            if entries.get(identity, ABSENT) < frontier:
                 entries[identity] = HELD
                 held.registered.append(identity)
 
@@ -290,9 +300,9 @@ class BlockCache:
                     shared[identity] = others - 1
         else:  # the common case, each block held by this request alone: all cached, in order
             cached = registered[::-1]
-        first = self.order_base + len(self.order)  # the next release number
-        self.entries.update(zip(cached, range(first, first + len(cached)), strict=True))
-        self.order.extend(cached)
+        first = self.next_release
+        self.next_release += len(cached)
+        self.entries.update(zip(cached, range(first, self.next_release), strict=True))
         self.cached_count += len(cached)
         held.count = 0
         held.registered = []
