@@ -4,8 +4,8 @@ The cache counts blocks rather than naming each one, and handles them in runs. A
 not registered (R47) has no identity and one holder, so it needs no name: a request's
 ``HeldBlocks`` counts its blocks and lists only the identities of its registered ones, and the
 cache only counts how many are free. A registered block is named by its identity; ``entries``
-maps it to ``HELD`` while requests hold it (``shared`` counts its holders beyond the first), or
-to its release number once nobody holds it (it is then *cached*).
+maps it to a value of at least ``HELD`` while requests hold it (``shared`` counts its holders
+beyond the first), or to its release number once nobody holds it (it is then *cached*).
 
 Eviction (R49) takes cached blocks in order of release number, so the evicted ones are exactly
 those whose release number is below a *frontier* that eviction moves up: evicting n blocks moves
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -38,9 +39,10 @@ PRIVATE = -1
 """A block that is not registered, in the view ``HeldBlocks`` gives of a request's blocks."""
 
 HELD = 1 << 62
-"""The ``entries`` value of a registered block that one or more running requests hold: above
-every release number, so that a block is registered exactly when its value is at least the
-eviction frontier (``BlockCache``)."""
+"""The least ``entries`` value of a registered block that one or more running requests hold:
+above every release number, so that a block is registered exactly when its value is at least
+the eviction frontier (``BlockCache``). ``BlockCache.register`` marks the blocks it registers
+with values above it, different in each call, to tell them from those already there."""
 
 ABSENT = -1
 """The value ``BlockCache.entries`` stands for when an identity has no entry: below every
@@ -138,13 +140,14 @@ class BlockCache:
     """One worker's cache of ``blocks`` blocks of ``block_tokens`` tokens (R45 to R49).
 
     ``free`` counts free blocks and ``cached_count`` cached ones. ``entries`` maps identities
-    to ``HELD`` or a release number; an identity is registered exactly when its value is at
-    least ``frontier``, the smallest release number not yet passed by eviction, and cached
-    when it is registered and not ``HELD``. ``shared`` counts the holders beyond the first of
-    the held blocks that have several; ``reused`` holds (as a heap) the release numbers at or
-    above the frontier whose blocks were reused since, which eviction skips; ``next_release``
-    is the next release number (R46). Every other block is held. So held + cached + free =
-    blocks at every instant (R45) by construction.
+    to a value of at least ``HELD`` (held) or a release number; an identity is registered
+    exactly when its value is at least ``frontier``, the smallest release number not yet
+    passed by eviction, and cached when it is registered and below ``HELD``. ``shared``
+    counts the holders beyond the first of the held blocks that have several; ``reused``
+    holds (as a heap) the release numbers at or above the frontier whose blocks were reused
+    since, which eviction skips; ``next_release`` is the next release number (R46). Every
+    other block is held. So held + cached + free = blocks at every instant (R45) by
+    construction.
     """
 
     __slots__ = (
@@ -155,6 +158,7 @@ class BlockCache:
         "entries",
         "free",
         "frontier",
+        "marks",
         "next_release",
         "reused",
         "shared",
@@ -170,6 +174,7 @@ class BlockCache:
         self.frontier = 0
         self.reused: list[int] = []
         self.next_release = 0
+        self.marks = itertools.count(HELD + 1)  # register's, one per call
         self.counters = counters
 
     @property
@@ -183,7 +188,7 @@ class BlockCache:
         view built on demand, for checks."""
         shared, frontier = self.shared, self.frontier
         return {
-            identity: 1 + shared.get(identity, 0) if value == HELD else 0
+            identity: 1 + shared.get(identity, 0) if value >= HELD else 0
             for identity, value in self.entries.items()
             if value >= frontier
         }
@@ -244,20 +249,19 @@ class BlockCache:
 
     def cached_among(self, hits: list[Identity]) -> int:
         """How many of a request's hit blocks are cached (held by nobody)."""
-        return len(hits) - list(map(self.entries.__getitem__, hits)).count(HELD)
+        return sum(map(HELD.__gt__, map(self.entries.__getitem__, hits)))
 
     def hold(self, held: HeldBlocks, hits: list[Identity]) -> None:
         """R48: a request admitted with a hit becomes a holder of its hit blocks; a cached one
         becomes held and loses its release number (which eviction will skip)."""
         entries, shared = self.entries, self.shared
         values = list(map(entries.__getitem__, hits))
-        already = values.count(HELD)
         for identity, value in zip(hits, values, strict=True):
-            if value == HELD:  # a block with holders gains one
+            if value >= HELD:  # a block with holders gains one
                 shared[identity] = shared.get(identity, 0) + 1
             else:
                 heapq.heappush(self.reused, value)
-        self.cached_count -= len(hits) - already
+                self.cached_count -= 1
         entries.update(dict.fromkeys(hits, HELD))
         held.registered.extend(hits)
         held.count += len(hits)
@@ -267,20 +271,26 @@ class BlockCache:
     ) -> None:
         """R47: at the end of a step, register the identified blocks the request filled in it
         (its cached tokens went from ``before`` to ``after``), unless their identity already
-        has a block: such a duplicate stays unregistered (private)."""
+        has a block: such a duplicate stays unregistered (private).
+
+        One pass of ``setdefault`` enters every identity that has no entry, with a mark new
+        to this call; when each one was new (the entries grew by all of them) that is all.
+        """
         entries, frontier = self.entries, self.frontier
         first = before // self.block_tokens
         last = min(after // self.block_tokens, len(identities))  # identified blocks only
         filled = identities[first:last]
-        values = map(entries.get, filled, itertools.repeat(ABSENT))
-        if max(values, default=ABSENT) < frontier:  # no duplicate: all at once
-            entries.update(dict.fromkeys(filled, HELD))  # each held by its filler
+        mark = next(self.marks)
+        size = len(entries)
+        values = list(map(entries.setdefault, filled, itertools.repeat(mark)))
+        if len(entries) - size == len(filled):  # no identity had an entry: all registered
             held.registered.extend(filled)
             return
-        for identity in filled:
-            if entries.get(identity, ABSENT) < frontier:
-                entries[identity] = HELD
-                held.registered.append(identity)
+        # an entry below the frontier is an evicted block's: that identity has no block now
+        evicted = list(map(frontier.__gt__, values))
+        entries.update(dict.fromkeys(itertools.compress(filled, evicted), mark))
+        mine = map(operator.or_, evicted, map(mark.__eq__, values))  # else a duplicate
+        held.registered.extend(itertools.compress(filled, mine))
 
     def release(self, held: HeldBlocks) -> None:
         """R46: a request releases all its blocks, from its last to its first. A block left
