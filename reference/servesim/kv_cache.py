@@ -9,14 +9,15 @@ beyond the first), or to its release number once nobody holds it (it is then *ca
 
 Eviction (R49) takes cached blocks in order of release number, so the evicted ones are exactly
 those whose release number is below a *frontier* that eviction moves up: evicting n blocks moves
-it past n release numbers still in use, skipping those of blocks reused since (held again, or
-released again with a newer number). An evicted block's entry is simply left behind, below the
-frontier, and counts as absent; so eviction touches no block at all.
+it past n release numbers still in use, skipping those of cached blocks reused since (held
+again; released again, such a block gets a new number). An evicted block's entry is simply left
+behind, below the frontier, and counts as absent; so eviction touches no block at all. (The
+entries left behind are at most one per identity the worker ever registered.)
 
 Every other operation works on whole lists of blocks with the interpreter's built-in bulk
-operations (``dict.update``, ``dict.fromkeys``, ``max`` over ``map``), falling back to a block at
-a time only where blocks differ (a shared block at release, a duplicate at registration): the
-long prompts of real traces hold hundreds of blocks each.
+operations (``dict.update``, ``dict.fromkeys``, ``dict.setdefault`` over ``map``), falling back
+to a block at a time only where blocks differ (a shared block at release, a reused one at
+admission): the long prompts of real traces hold hundreds of blocks each.
 """
 
 from __future__ import annotations
