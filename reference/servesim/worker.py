@@ -52,7 +52,7 @@ class RequestState:
     """R49, R52: how many times it was preempted."""
     cached_tokens: int = 0
     """R46: the tokens whose keys and values it has in the cache (with a cache only)."""
-    blocks: HeldBlocks = field(default_factory=list)
+    blocks: HeldBlocks = field(default_factory=HeldBlocks)
     """R46: the blocks it holds while running, ``ceil(cached_tokens / B)`` of them."""
     identities: list[Identity] | None = None
     """R47: its identified blocks' identities, found at its first admission with a cache."""
@@ -456,7 +456,7 @@ class CachingWorker(Worker):
         """R46, R49: the request's cached tokens grow by ``tokens`` and it takes the blocks
         they need, preempting until it can (or until it is itself the victim: False)."""
         cache = self.cache
-        needed = cache.blocks_for(state.cached_tokens + tokens) - len(state.blocks)
+        needed = cache.blocks_for(state.cached_tokens + tokens) - state.blocks.count
         while needed > cache.obtainable():
             victim = self._victim(state, served)
             self._preempt(victim)
@@ -511,10 +511,11 @@ class CachingWorker(Worker):
             reused = len(hits) * block_tokens
             tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
             needed = cache.blocks_for(reused + tokens) - len(hits)
-            evictable = len(cache.cached) - cache.cached_among(hits)
+            evictable = cache.cached_count - cache.cached_among(hits)
             if tokens == 0 or needed > cache.free + evictable:
                 break
             self.waiting.popleft()
+            head.blocks.identities = head.identities or ()
             cache.hold(head.blocks, hits)  # first, so that no eviction takes a hit block
             cache.take(head.blocks, needed)
             head.prefill_target = target
@@ -580,7 +581,7 @@ class CachingWorker(Worker):
         if step.repeat > 1:  # the later steps of a run take their blocks (free ones, run_limit)
             for state in step.decode:
                 cached = state.cached_tokens + step.repeat - 1
-                needed = cache.blocks_for(cached) - len(state.blocks)
+                needed = cache.blocks_for(cached) - state.blocks.count
                 assert needed <= cache.free, "run_limit: a run takes only free blocks"
                 cache.take(state.blocks, needed)
                 state.cached_tokens = cached
