@@ -16,6 +16,22 @@ from hypothesis import strategies as st
 from servesim_conformance.documents import timing_doc
 
 
+def _limits(
+    draw: st.DrawFn, max_num_seqs: int, max_batched_tokens: int, max_model_len: int
+) -> dict[str, Any]:
+    """The scheduler object with these limits and a drawn prefill mode (whole first, for
+    shrinking)."""
+    prefill: dict[str, Any] = {"mode": "whole"}
+    if draw(st.booleans()):
+        prefill = {"mode": "chunked", "max_chunk_tokens": draw(st.integers(1, 12))}
+    return {
+        "max_num_seqs": max_num_seqs,
+        "max_batched_tokens": max_batched_tokens,
+        "max_model_len": max_model_len,
+        "prefill": prefill,
+    }
+
+
 @st.composite
 def scheduler_limits(draw: st.DrawFn) -> dict[str, Any]:
     """Scheduler limits with ``max_batched_tokens >= max_num_seqs`` (R4).
@@ -27,15 +43,7 @@ def scheduler_limits(draw: st.DrawFn) -> dict[str, Any]:
     # Mostly roomy, so that most requests are accepted; one time in five a tight limit (R10).
     tight = draw(st.integers(0, 4)) == 4
     max_model_len = draw(st.integers(1, 30)) if tight else draw(st.integers(30, 64))
-    prefill: dict[str, Any] = {"mode": "whole"}
-    if draw(st.booleans()):
-        prefill = {"mode": "chunked", "max_chunk_tokens": draw(st.integers(1, 12))}
-    return {
-        "max_num_seqs": max_num_seqs,
-        "max_batched_tokens": max_batched_tokens,
-        "max_model_len": max_model_len,
-        "prefill": prefill,
-    }
+    return _limits(draw, max_num_seqs, max_batched_tokens, max_model_len)
 
 
 @st.composite
@@ -175,15 +183,7 @@ def kv_scheduler_limits(draw: st.DrawFn) -> dict[str, Any]:
     max_batched_tokens = draw(st.integers(max(max_num_seqs, 16), 32))
     tight = draw(st.integers(0, 9)) == 9
     max_model_len = draw(st.integers(1, 30)) if tight else draw(st.integers(40, 64))
-    prefill: dict[str, Any] = {"mode": "whole"}
-    if draw(st.booleans()):
-        prefill = {"mode": "chunked", "max_chunk_tokens": draw(st.integers(1, 12))}
-    return {
-        "max_num_seqs": max_num_seqs,
-        "max_batched_tokens": max_batched_tokens,
-        "max_model_len": max_model_len,
-        "prefill": prefill,
-    }
+    return _limits(draw, max_num_seqs, max_batched_tokens, max_model_len)
 
 
 @st.composite
