@@ -31,10 +31,11 @@ from functools import cmp_to_key
 from pathlib import Path
 from typing import Any, BinaryIO, TypeGuard
 
+from servesim.admission import REJECT_REASONS
 from servesim.canonical import canonical_json
 from servesim.documents import check_header, parse_json, pointer, schema_problems
 from servesim.errors import InputProblem, InvalidInput
-from servesim.report import PERCENTILES, REPORTED_REJECT_REASONS
+from servesim.report import PERCENTILES
 
 __all__ = [
     "Figure",
@@ -350,7 +351,7 @@ def figures_of(value: Any, file: str) -> ReportFigures:
             # A report before 3.0 has no exceeds_kv_cache: it comes from a scenario without a
             # cache, where the count is 0 (R53), so reports of every version show the same rows.
             (reason, summary["rejected_by_reason"].get(reason, 0))
-            for reason in REPORTED_REJECT_REASONS
+            for reason in REJECT_REASONS
         ),
         prompt_tokens=summary["prompt_tokens"],
         output_tokens=summary["output_tokens"],

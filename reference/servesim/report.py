@@ -20,12 +20,6 @@ from servesim.kv_cache import KvCacheCounters
 from servesim.simulation import SimulationResult
 from servesim.worker import RequestState, Step, Worker
 
-#: R28: every R10 reason ``rejected_by_reason`` counts, in R10's order; ``exceeds_kv_cache``
-#: (R10's rule 5, R52) is listed whether or not the rejection code knows it yet.
-REPORTED_REJECT_REASONS: tuple[str, ...] = tuple(
-    dict.fromkeys((*REJECT_REASONS, "exceeds_kv_cache"))
-)
-
 #: R27: the percentiles every latency statistic reports.
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
@@ -158,7 +152,7 @@ def _makespan_us(states: list[RequestState]) -> int:
 def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int) -> dict[str, Any]:
     """R28: fleet-wide counts, throughput and latency statistics."""
     completed = [state for state in states if state.reject_reason is None]
-    by_reason = dict.fromkeys(REPORTED_REJECT_REASONS, 0)
+    by_reason = dict.fromkeys(REJECT_REASONS, 0)
     for state in states:
         if state.reject_reason is not None:
             by_reason[state.reject_reason] += 1

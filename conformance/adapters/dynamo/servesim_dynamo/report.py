@@ -16,8 +16,8 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from servesim.admission import REJECT_REASONS
 from servesim.report import (
-    REPORTED_REJECT_REASONS,
     digest,
     ratio,
     statistics,
@@ -168,7 +168,7 @@ def build_report(
     first_arrival = min(request["arrival_us"] for request in requests)
     makespan = max(entry["terminal_us"] for entry in entries) - first_arrival
     completed = [entry for entry in entries if entry["outcome"] == "completed"]
-    by_reason = dict.fromkeys(REPORTED_REJECT_REASONS, 0)
+    by_reason = dict.fromkeys(REJECT_REASONS, 0)
     for entry in entries:
         if entry["reject_reason"] is not None:
             by_reason[entry["reject_reason"]] += 1
