@@ -482,9 +482,8 @@ class CachingWorker(Worker):
         victim.cached_tokens = 0  # 2. its produced tokens, their times, first_scheduled stay
         victim.prefilled = 0
         victim.decoding = False
-        # 3. At the head of the queue. Each victim joins in front of the one before, as vLLM
-        # prepends each; SPEC.md's "in their running order" holds only when victims are taken
-        # in reverse running order, which a requester that is its own last victim breaks.
+        # 3. At the head of the queue, in front of the victim before it (as vLLM prepends each):
+        # one step's victims wait in the reverse of the order they were preempted.
         self.waiting.appendleft(victim)
         self.peak_waiting = max(self.peak_waiting, len(self.waiting))
         victim.preemptions += 1  # 4.
