@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from servesim_conformance.runner import REPORT_NAME, replay_arguments
 from tests.helpers import REPO, load_module
 
 INDEPENDENT = REPO / "conformance" / "examples" / "independent"
@@ -28,19 +29,8 @@ CASES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "expected.json").is_fi
 
 def run_plain(folder: Path, *options: str) -> tuple[int, str, dict[str, Any] | None]:
     """Exit code, standard error and report of the plain loop on a case folder."""
-    output = folder / "report.json"
-    arguments = [
-        "replay",
-        "--scenario",
-        str(folder / "scenario.json"),
-        "--workload",
-        str(folder / "workload.json"),
-        "--timing-profile",
-        str(folder / "timing-profile.json"),
-        "--output",
-        str(output),
-        *options,
-    ]
+    output = folder / REPORT_NAME
+    arguments = ["replay", *replay_arguments(folder, trace=False), *options]
     error = io.StringIO()
     with contextlib.redirect_stderr(error):
         code = PLAIN.main(arguments)

@@ -18,7 +18,7 @@ from servesim.canonical import canonical_bytes
 from servesim.migrations import CHAIN
 from servesim.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES
-from servesim_conformance.implementation import Description, Implementation
+from servesim_conformance.implementation import Description, Implementation, Run
 from servesim_conformance.runner import REPORT_NAME, replay_arguments
 
 Documents = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
@@ -75,14 +75,20 @@ class PropertyRunner:
 
     implementation: Implementation
 
+    def _replay(self, documents: Documents, folder: Path, *, trace: bool) -> Run:
+        """Write the inputs into ``folder`` and replay them there; a timeout raises
+        ``PropertyFailure``."""
+        for role, data in input_bytes(documents).items():
+            (folder / INPUT_FILES[role]).write_bytes(data)
+        run = self.implementation.run(replay_arguments(folder, trace=trace))
+        if run.timed_out:
+            raise PropertyFailure(f"timed out after {self.implementation.timeout_s:g} s")
+        return run
+
     def report_bytes(self, documents: Documents, *, trace: bool = True) -> bytes:
         with tempfile.TemporaryDirectory(prefix="servesim-property-") as temporary:
             folder = Path(temporary)
-            for role, data in input_bytes(documents).items():
-                (folder / INPUT_FILES[role]).write_bytes(data)
-            run = self.implementation.run(replay_arguments(folder, trace=trace))
-            if run.timed_out:
-                raise PropertyFailure(f"timed out after {self.implementation.timeout_s:g} s")
+            run = self._replay(documents, folder, trace=trace)
             report = folder / REPORT_NAME
             if run.returncode != 0 or not report.is_file():
                 raise PropertyFailure(
@@ -97,11 +103,7 @@ class PropertyRunner:
         none); a timeout raises ``PropertyFailure``."""
         with tempfile.TemporaryDirectory(prefix="servesim-property-") as temporary:
             folder = Path(temporary)
-            for role, data in input_bytes(documents).items():
-                (folder / INPUT_FILES[role]).write_bytes(data)
-            run = self.implementation.run(replay_arguments(folder, trace=True))
-            if run.timed_out:
-                raise PropertyFailure(f"timed out after {self.implementation.timeout_s:g} s")
+            run = self._replay(documents, folder, trace=True)
             return run.returncode, (folder / REPORT_NAME).exists()
 
     def report(self, documents: Documents, *, trace: bool = True) -> dict[str, Any]:
