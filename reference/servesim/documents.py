@@ -623,7 +623,12 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
     kv_cache = value.get("kv_cache")
     return Scenario(
         workers=value["fleet"]["workers"],
-        routing=Routing(policy=routing["policy"], seed=routing.get("seed")),
+        routing=Routing(
+            policy=routing["policy"],
+            seed=routing.get("seed"),
+            prefill_weight=routing.get("prefill_weight", 1),
+            load_weight=routing.get("load_weight", 1),
+        ),
         scheduler=SchedulerLimits(
             max_num_seqs=scheduler["max_num_seqs"],
             max_batched_tokens=scheduler["max_batched_tokens"],

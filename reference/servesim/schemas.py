@@ -13,7 +13,7 @@ from typing import Any
 
 #: Document kind -> schema versions this package reads (SPEC.md R2), oldest first.
 SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
-    "scenario": ("1.0", "1.1"),
+    "scenario": ("1.0", "1.1", "1.2"),
     "workload": ("1.0", "1.1"),
     "timing_profile": ("1.0", "1.1"),
     "report": ("1.0", "2.0", "3.0"),
