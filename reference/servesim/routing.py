@@ -1,7 +1,10 @@
-"""Routing: which worker an accepted request joins (SPEC.md section 4, R12 to R15).
+"""Routing: which worker an accepted request joins (SPEC.md section 4, R12 to R15; section 12,
+R54 to R56).
 
-Routing in v1 depends only on the order of accepted arrivals, never on worker state, which is
-why a router is a tiny object with one method.
+Round robin and random routing depend only on the order of accepted arrivals. The state-aware
+policies look at the fleet, but only through ``Fleet``: the few numbers R54 lets a router see,
+so that this module knows nothing of how a worker keeps them. A router is a small object with
+one method, called once per accepted request in arrival order.
 """
 
 from __future__ import annotations
@@ -34,11 +37,39 @@ class SplitMix64:
         return z ^ (z >> 31)
 
 
+class Fleet(Protocol):
+    """R54: exactly what a state-aware router sees at one arrival, of every worker w and of the
+    request r being routed. Every number is an integer, so every decision is exact."""
+
+    @property
+    def size(self) -> int:
+        """N, the number of workers (R16)."""
+        ...
+
+    def outstanding(self, worker: int) -> int:
+        """The requests routed to ``worker`` that have not completed."""
+        ...
+
+    def load_blocks(self, worker: int) -> int:
+        """Those requests' prompts in blocks, each ``ceil(prompt_tokens / B)`` (with a cache)."""
+        ...
+
+    def prompt_blocks(self) -> int:
+        """r's prompt in blocks, ``ceil(prompt_tokens / B)`` (with a cache)."""
+        ...
+
+    def cached(self, worker: int) -> int:
+        """``cached(w, r)``: r's leading identified blocks registered at ``worker`` now, at
+        most ``floor(prompt_tokens / B)`` (with prefix caching on; 0 otherwise)."""
+        ...
+
+
 class Router(Protocol):
     """Chooses the worker of each accepted request, called once per request in arrival order."""
 
-    def route(self) -> int:
-        """The index of the worker the next accepted request joins."""
+    def route(self, fleet: Fleet) -> int:
+        """The index of the worker the request being routed joins; ``fleet`` is the fleet as
+        it is at the request's arrival event (R54), which only state-aware routers read."""
         ...
 
 
@@ -51,7 +82,7 @@ class RoundRobinRouter:
         self._workers = workers
         self._next = 0
 
-    def route(self) -> int:
+    def route(self, fleet: Fleet) -> int:
         worker = self._next
         self._next = (worker + 1) % self._workers
         return worker
@@ -66,8 +97,43 @@ class RandomRouter:
         self._workers = workers
         self._generator = SplitMix64(seed)
 
-    def route(self) -> int:
+    def route(self, fleet: Fleet) -> int:
         return self._generator.next() % self._workers
+
+
+class LeastLoadedRouter:
+    """R55: the worker with the fewest outstanding requests; of several, the lowest index."""
+
+    __slots__ = ()
+
+    def route(self, fleet: Fleet) -> int:
+        return min(range(fleet.size), key=fleet.outstanding)  # min keeps the first of equals
+
+
+class CacheAwareRouter:
+    """R56: the worker with the lowest cost, of several the lowest index, where
+
+        cost(w) = prefill_weight * (prompt blocks - cached(w, r)) + load_weight * load_blocks(w)
+
+    weighs the prompt blocks w would have to prefill against the prompt blocks it already has
+    to serve (Dynamo's ``overlap_score_weight * prefill blocks + decode blocks``). Python's
+    integers are exact at any size, so the cost never overflows (R56).
+    """
+
+    __slots__ = ("_load_weight", "_prefill_weight")
+
+    def __init__(self, prefill_weight: int, load_weight: int) -> None:
+        self._prefill_weight = prefill_weight
+        self._load_weight = load_weight
+
+    def cost(self, fleet: Fleet, worker: int) -> int:
+        """R56's cost of ``worker`` for the request being routed."""
+        to_prefill = fleet.prompt_blocks() - fleet.cached(worker)
+        return self._prefill_weight * to_prefill + self._load_weight * fleet.load_blocks(worker)
+
+    def route(self, fleet: Fleet) -> int:
+        costs = [self.cost(fleet, worker) for worker in range(fleet.size)]
+        return costs.index(min(costs))  # the first of the lowest
 
 
 def make_router(routing: Routing, workers: int) -> Router:
@@ -75,4 +141,8 @@ def make_router(routing: Routing, workers: int) -> Router:
     if routing.policy == "random":
         assert routing.seed is not None  # guaranteed by the schema (R3)
         return RandomRouter(workers, routing.seed)
+    if routing.policy == "least_loaded":
+        return LeastLoadedRouter()
+    if routing.policy == "cache_aware":
+        return CacheAwareRouter(routing.prefill_weight, routing.load_weight)
     return RoundRobinRouter(workers)

@@ -70,6 +70,43 @@ def arrival_order(workload: Workload) -> list[int]:
     return sorted(range(len(requests)), key=lambda position: requests[position].arrival_us)
 
 
+class FleetView:
+    """R54: what a state-aware router sees at one arrival (``routing.Fleet``): the workers'
+    counters and, for the request being routed, ``cached(w, r)``, each found once.
+
+    It reads the workers at the moment it is asked, in the arrival event, so it sees the fleet
+    after every event with a smaller key (R7). A worker may be in the middle of a run of decode
+    steps then (``Step.repeat``), which the loop applies only when the run ends; that is exact
+    because nothing a router reads changes inside a run (``CachingWorker.run_keeps_router_view``).
+    """
+
+    __slots__ = ("_cached", "_state", "_workers")
+
+    def __init__(self, workers: list[Worker], state: RequestState) -> None:
+        self._workers = workers
+        self._state = state
+        self._cached: dict[int, int] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self._workers)
+
+    def outstanding(self, worker: int) -> int:
+        return self._workers[worker].outstanding
+
+    def load_blocks(self, worker: int) -> int:
+        return self._workers[worker].load_blocks
+
+    def prompt_blocks(self) -> int:
+        return self._workers[0].prompt_blocks(self._state)
+
+    def cached(self, worker: int) -> int:
+        cached = self._cached.get(worker)
+        if cached is None:
+            cached = self._cached[worker] = self._workers[worker].cached_blocks(self._state)
+        return cached
+
+
 #: How many arrivals pass between two calls of a progress callback.
 PROGRESS_EVERY = 2048
 
@@ -93,6 +130,9 @@ def simulate(
     limits = scenario.scheduler
     router = make_router(scenario.routing, scenario.workers)
     kv_cache = scenario.kv_cache
+    state_aware = scenario.routing.state_aware
+    #: R57: whether each routed request records cached(w, r) at the worker it joins
+    records_cached = state_aware and kv_cache is not None and kv_cache.prefix_caching
     workers: list[Worker]
     if kv_cache is None:
         workers = [Worker(index) for index in range(scenario.workers)]
@@ -153,7 +193,10 @@ def simulate(
                 state.reject_reason = reason
                 state.terminal_us = now_us
             else:
-                worker = workers[router.route()]
+                fleet = FleetView(workers, state)
+                worker = workers[router.route(fleet)]
+                if records_cached:
+                    state.cached_blocks_at_routing = fleet.cached(worker.index)
                 worker.enqueue(state)
                 run = worker.in_flight
                 if run is not None and run.truncate_at(now_us):
@@ -184,6 +227,10 @@ def simulate(
                 step.repeat = decode_run_length(step, MAX_TIME_US, max_steps)
             else:
                 measured_decode_run(step, timing.model, MAX_TIME_US, max_steps)
+            # R54: a state-aware router may read this worker before the run ends
+            assert not state_aware or worker.run_keeps_router_view(step), (
+                "run_keeps_router_view: a run would change what a state-aware router reads"
+            )
             worker.in_flight = step
             if steps is not None:
                 steps.append(step)
