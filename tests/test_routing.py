@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servesim.model import Routing
 from servesim.routing import (
     CacheAwareRouter,
     LeastLoadedRouter,
+    LowestFirst,
     RandomRouter,
     RoundRobinRouter,
     SplitMix64,
@@ -87,12 +90,40 @@ def test_make_router_follows_policy() -> None:
     assert isinstance(make_router(Routing("cache_aware"), 2), CacheAwareRouter)
 
 
+def least_loaded(outstanding: list[int]) -> int:
+    """LeastLoadedRouter's choice once it has heard of every worker's count."""
+    router = LeastLoadedRouter(len(outstanding))
+    fleet = StubFleet(outstanding)
+    for worker in range(fleet.size):
+        router.counters_changed(fleet, worker)
+    return router.route(fleet)
+
+
 def test_r55_least_loaded_takes_the_fewest_outstanding_then_the_lowest_index() -> None:
-    router = LeastLoadedRouter()
-    assert router.route(StubFleet([3, 1, 2])) == 1
-    assert router.route(StubFleet([2, 0, 5, 0])) == 1  # a tie: the lower index
-    assert router.route(StubFleet([0, 0, 0])) == 0
-    assert router.route(StubFleet([4, 4, 4, 3])) == 3
+    assert least_loaded([3, 1, 2]) == 1
+    assert least_loaded([2, 0, 5, 0]) == 1  # a tie: the lower index
+    assert least_loaded([0, 0, 0]) == 0
+    assert least_loaded([4, 4, 4, 3]) == 3
+
+
+@given(
+    st.integers(1, 6).flatmap(
+        lambda n: st.tuples(
+            st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, 4)))
+        )
+    )
+)
+def test_lowest_first_is_the_first_of_the_smallest_keys(
+    case: tuple[int, list[tuple[int, int]]],
+) -> None:
+    # after every change, the heap with stale entries agrees with a scan of the keys
+    workers, changes = case
+    order, keys = LowestFirst(workers), [0] * workers
+    assert order.least() == 0
+    for worker, key in changes:
+        order.update(worker, key)
+        keys[worker] = key
+        assert order.least() == keys.index(min(keys))
 
 
 def test_r56_cache_aware_cost_is_r56_formula() -> None:

@@ -9,6 +9,7 @@ one method, called once per accepted request in arrival order.
 
 from __future__ import annotations
 
+import heapq
 from typing import Protocol
 
 from servesim.model import Routing
@@ -72,6 +73,40 @@ class Router(Protocol):
         it is at the request's arrival event (R54), which only state-aware routers read."""
         ...
 
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        """Hears that ``worker``'s ``outstanding`` and ``load_blocks`` changed: a request was
+        routed to it or completed there. A router may keep them in order between arrivals."""
+        ...
+
+
+class LowestFirst:
+    """The worker with the smallest key, of several the lowest index, among workers whose keys
+    change one at a time: a heap of ``(key, worker)``.
+
+    A change pushes the worker's new entry and leaves its old one behind; an entry whose key
+    is no longer its worker's is dropped when it reaches the top. So a change and a query cost
+    O(log n) amortised, where a scan of a large fleet would cost O(N) per request.
+    """
+
+    __slots__ = ("_heap", "_keys")
+
+    def __init__(self, workers: int) -> None:
+        self._keys = [0] * workers
+        self._heap = [(0, worker) for worker in range(workers)]  # sorted, so a heap
+
+    def update(self, worker: int, key: int) -> None:
+        """``worker``'s key is now ``key``."""
+        if self._keys[worker] != key:
+            self._keys[worker] = key
+            heapq.heappush(self._heap, (key, worker))
+
+    def least(self) -> int:
+        """The worker with the smallest key; of several, the lowest index."""
+        heap, keys = self._heap, self._keys
+        while heap[0][0] != keys[heap[0][1]]:  # a stale entry: its worker's key has changed
+            heapq.heappop(heap)
+        return heap[0][1]
+
 
 class RoundRobinRouter:
     """R13: the k-th accepted request (counting from 0) joins worker k mod N."""
@@ -81,6 +116,9 @@ class RoundRobinRouter:
     def __init__(self, workers: int) -> None:
         self._workers = workers
         self._next = 0
+
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        pass  # R12: round robin ignores worker state
 
     def route(self, fleet: Fleet) -> int:
         worker = self._next
@@ -97,17 +135,30 @@ class RandomRouter:
         self._workers = workers
         self._generator = SplitMix64(seed)
 
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        pass  # R12: random routing ignores worker state
+
     def route(self, fleet: Fleet) -> int:
         return self._generator.next() % self._workers
 
 
 class LeastLoadedRouter:
-    """R55: the worker with the fewest outstanding requests; of several, the lowest index."""
+    """R55: the worker with the fewest outstanding requests; of several, the lowest index.
 
-    __slots__ = ()
+    The counts are kept in order as they change (``LowestFirst``), so that a fleet of
+    thousands of workers is not scanned at every arrival.
+    """
+
+    __slots__ = ("_by_outstanding",)
+
+    def __init__(self, workers: int) -> None:
+        self._by_outstanding = LowestFirst(workers)  # every worker starts with none
+
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        self._by_outstanding.update(worker, fleet.outstanding(worker))
 
     def route(self, fleet: Fleet) -> int:
-        return min(range(fleet.size), key=fleet.outstanding)  # min keeps the first of equals
+        return self._by_outstanding.least()
 
 
 class CacheAwareRouter:
@@ -131,6 +182,9 @@ class CacheAwareRouter:
         to_prefill = fleet.prompt_blocks() - fleet.cached(worker)
         return self._prefill_weight * to_prefill + self._load_weight * fleet.load_blocks(worker)
 
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        pass
+
     def route(self, fleet: Fleet) -> int:
         costs = [self.cost(fleet, worker) for worker in range(fleet.size)]
         return costs.index(min(costs))  # the first of the lowest
@@ -142,7 +196,7 @@ def make_router(routing: Routing, workers: int) -> Router:
         assert routing.seed is not None  # guaranteed by the schema (R3)
         return RandomRouter(workers, routing.seed)
     if routing.policy == "least_loaded":
-        return LeastLoadedRouter()
+        return LeastLoadedRouter(workers)
     if routing.policy == "cache_aware":
         return CacheAwareRouter(routing.prefill_weight, routing.load_weight)
     return RoundRobinRouter(workers)

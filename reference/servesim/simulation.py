@@ -82,7 +82,7 @@ class FleetView:
 
     __slots__ = ("_cached", "_state", "_workers")
 
-    def __init__(self, workers: list[Worker], state: RequestState) -> None:
+    def __init__(self, workers: list[Worker], state: RequestState | None) -> None:
         self._workers = workers
         self._state = state
         self._cached: dict[int, int] = {}
@@ -98,12 +98,15 @@ class FleetView:
         return self._workers[worker].load_blocks
 
     def prompt_blocks(self) -> int:
+        assert self._state is not None, "no request is being routed"
         return self._workers[0].prompt_blocks(self._state)
 
     def cached(self, worker: int) -> int:
+        assert self._state is not None, "no request is being routed"
         cached = self._cached.get(worker)
         if cached is None:
-            cached = self._cached[worker] = self._workers[worker].cached_blocks(self._state)
+            state = self._state
+            cached = self._cached[worker] = self._workers[worker].cached_blocks(state)
         return cached
 
 
@@ -173,6 +176,8 @@ def simulate(
 
     #: R22's C is read by a measured model and by the trace; a synthetic model ignores it.
     uses_context = timing.model.uses_context or record_trace
+    #: what a router reads between arrivals: only the counters (R54), not a request's blocks
+    fleet_view = FleetView(workers, None)
     arrived = 0
     push_next_arrival()
     while queue:
@@ -184,7 +189,8 @@ def simulate(
             step = worker.in_flight
             assert step is not None
             worker.in_flight = None
-            worker.complete_step(step)
+            if worker.complete_step(step):  # R54: a completion changes what a router sees
+                router.counters_changed(fleet_view, worker.index)
             request_scheduling(worker, now_us)
         elif priority == ARRIVAL:
             state = states[subject]
@@ -193,11 +199,12 @@ def simulate(
                 state.reject_reason = reason
                 state.terminal_us = now_us
             else:
-                fleet = FleetView(workers, state)
-                worker = workers[router.route(fleet)]
+                fleet_view = FleetView(workers, state)
+                worker = workers[router.route(fleet_view)]
                 if records_cached:
-                    state.cached_blocks_at_routing = fleet.cached(worker.index)
+                    state.cached_blocks_at_routing = fleet_view.cached(worker.index)
                 worker.enqueue(state)
+                router.counters_changed(fleet_view, worker.index)
                 run = worker.in_flight
                 if run is not None and run.truncate_at(now_us):
                     worker.completion_sequence = push(run.end_us, STEP_COMPLETION, worker.index)
