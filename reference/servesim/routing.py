@@ -182,11 +182,21 @@ class CacheAwareRouter:
         to_prefill = fleet.prompt_blocks() - fleet.cached(worker)
         return self._prefill_weight * to_prefill + self._load_weight * fleet.load_blocks(worker)
 
+    def costs(self, fleet: Fleet) -> list[int]:
+        """``cost`` of every worker, in worker order (the prompt's blocks found once)."""
+        prefill_weight, load_weight = self._prefill_weight, self._load_weight
+        prompt_blocks = fleet.prompt_blocks()
+        return [
+            prefill_weight * (prompt_blocks - fleet.cached(worker))
+            + load_weight * fleet.load_blocks(worker)
+            for worker in range(fleet.size)
+        ]
+
     def counters_changed(self, fleet: Fleet, worker: int) -> None:
         pass
 
     def route(self, fleet: Fleet) -> int:
-        costs = [self.cost(fleet, worker) for worker in range(fleet.size)]
+        costs = self.costs(fleet)
         return costs.index(min(costs))  # the first of the lowest
 
 

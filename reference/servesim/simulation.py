@@ -72,7 +72,7 @@ def arrival_order(workload: Workload) -> list[int]:
 
 class FleetView:
     """R54: what a state-aware router sees at one arrival (``routing.Fleet``): the workers'
-    counters and, for the request being routed, ``cached(w, r)``, each found once.
+    counters and, for the request being routed, ``cached(w, r)``.
 
     It reads the workers at the moment it is asked, in the arrival event, so it sees the fleet
     after every event with a smaller key (R7). A worker may be in the middle of a run of decode
@@ -80,12 +80,11 @@ class FleetView:
     because nothing a router reads changes inside a run (``CachingWorker.run_keeps_router_view``).
     """
 
-    __slots__ = ("_cached", "_state", "_workers")
+    __slots__ = ("_state", "_workers")
 
     def __init__(self, workers: list[Worker], state: RequestState | None) -> None:
         self._workers = workers
         self._state = state
-        self._cached: dict[int, int] = {}
 
     @property
     def size(self) -> int:
@@ -103,11 +102,7 @@ class FleetView:
 
     def cached(self, worker: int) -> int:
         assert self._state is not None, "no request is being routed"
-        cached = self._cached.get(worker)
-        if cached is None:
-            state = self._state
-            cached = self._cached[worker] = self._workers[worker].cached_blocks(state)
-        return cached
+        return self._workers[worker].cached_blocks(self._state)
 
 
 #: How many arrivals pass between two calls of a progress callback.

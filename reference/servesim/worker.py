@@ -467,7 +467,8 @@ class CachingWorker(Worker):
         """R54: ``cached(w, r)``, read from the registry as it is now: r's blocks 0, 1, ...
         identified and registered here, as far as they all are. Its identities are its full
         prompt blocks only, so that is at most ``floor(prompt_tokens / B)`` (not R48's cap)."""
-        return self.cache.registered_prefix(self.identities(state))
+        identities = self.identities(state)
+        return len(self.cache.hits(identities, len(identities)))
 
     def plan_step(
         self, limits: SchedulerLimits, now_us: int
