@@ -1,11 +1,15 @@
-"""Routing: which worker an accepted request joins (SPEC.md section 4, R12 to R15).
+"""Routing: which worker an accepted request joins (SPEC.md section 4, R12 to R15; section 12,
+R54 to R56).
 
-Routing in v1 depends only on the order of accepted arrivals, never on worker state, which is
-why a router is a tiny object with one method.
+Round robin and random routing depend only on the order of accepted arrivals. The state-aware
+policies look at the fleet, but only through ``Fleet``: the few numbers R54 lets a router see,
+so that this module knows nothing of how a worker keeps them. A router is a small object with
+one method, called once per accepted request in arrival order.
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import Protocol
 
 from servesim.model import Routing
@@ -34,12 +38,74 @@ class SplitMix64:
         return z ^ (z >> 31)
 
 
+class Fleet(Protocol):
+    """R54: exactly what a state-aware router sees at one arrival, of every worker w and of the
+    request r being routed. Every number is an integer, so every decision is exact."""
+
+    @property
+    def size(self) -> int:
+        """N, the number of workers (R16)."""
+        ...
+
+    def outstanding(self, worker: int) -> int:
+        """The requests routed to ``worker`` that have not completed."""
+        ...
+
+    def load_blocks(self, worker: int) -> int:
+        """Those requests' prompts in blocks, each ``ceil(prompt_tokens / B)`` (with a cache)."""
+        ...
+
+    def prompt_blocks(self) -> int:
+        """r's prompt in blocks, ``ceil(prompt_tokens / B)`` (with a cache)."""
+        ...
+
+    def cached(self, worker: int) -> int:
+        """``cached(w, r)``: r's leading identified blocks registered at ``worker`` now, at
+        most ``floor(prompt_tokens / B)`` (with prefix caching on; 0 otherwise)."""
+        ...
+
+
 class Router(Protocol):
     """Chooses the worker of each accepted request, called once per request in arrival order."""
 
-    def route(self) -> int:
-        """The index of the worker the next accepted request joins."""
+    def route(self, fleet: Fleet) -> int:
+        """The index of the worker the request being routed joins; ``fleet`` is the fleet as
+        it is at the request's arrival event (R54), which only state-aware routers read."""
         ...
+
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        """Hears that ``worker``'s ``outstanding`` and ``load_blocks`` changed: a request was
+        routed to it or completed there. A router may keep them in order between arrivals."""
+        ...
+
+
+class LowestFirst:
+    """The worker with the smallest key, of several the lowest index, among workers whose keys
+    change one at a time: a heap of ``(key, worker)``.
+
+    A change pushes the worker's new entry and leaves its old one behind; an entry whose key
+    is no longer its worker's is dropped when it reaches the top. So a change and a query cost
+    O(log n) amortised, where a scan of a large fleet would cost O(N) per request.
+    """
+
+    __slots__ = ("_heap", "_keys")
+
+    def __init__(self, workers: int) -> None:
+        self._keys = [0] * workers
+        self._heap = [(0, worker) for worker in range(workers)]  # sorted, so a heap
+
+    def update(self, worker: int, key: int) -> None:
+        """``worker``'s key is now ``key``."""
+        if self._keys[worker] != key:
+            self._keys[worker] = key
+            heapq.heappush(self._heap, (key, worker))
+
+    def least(self) -> int:
+        """The worker with the smallest key; of several, the lowest index."""
+        heap, keys = self._heap, self._keys
+        while heap[0][0] != keys[heap[0][1]]:  # a stale entry: its worker's key has changed
+            heapq.heappop(heap)
+        return heap[0][1]
 
 
 class RoundRobinRouter:
@@ -51,7 +117,10 @@ class RoundRobinRouter:
         self._workers = workers
         self._next = 0
 
-    def route(self) -> int:
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        pass  # R12: round robin ignores worker state
+
+    def route(self, fleet: Fleet) -> int:
         worker = self._next
         self._next = (worker + 1) % self._workers
         return worker
@@ -66,8 +135,69 @@ class RandomRouter:
         self._workers = workers
         self._generator = SplitMix64(seed)
 
-    def route(self) -> int:
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        pass  # R12: random routing ignores worker state
+
+    def route(self, fleet: Fleet) -> int:
         return self._generator.next() % self._workers
+
+
+class LeastLoadedRouter:
+    """R55: the worker with the fewest outstanding requests; of several, the lowest index.
+
+    The counts are kept in order as they change (``LowestFirst``), so that a fleet of
+    thousands of workers is not scanned at every arrival.
+    """
+
+    __slots__ = ("_by_outstanding",)
+
+    def __init__(self, workers: int) -> None:
+        self._by_outstanding = LowestFirst(workers)  # every worker starts with none
+
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        self._by_outstanding.update(worker, fleet.outstanding(worker))
+
+    def route(self, fleet: Fleet) -> int:
+        return self._by_outstanding.least()
+
+
+class CacheAwareRouter:
+    """R56: the worker with the lowest cost, of several the lowest index, where
+
+        cost(w) = prefill_weight * (prompt blocks - cached(w, r)) + load_weight * load_blocks(w)
+
+    weighs the prompt blocks w would have to prefill against the prompt blocks it already has
+    to serve (Dynamo's ``overlap_score_weight * prefill blocks + decode blocks``). Python's
+    integers are exact at any size, so the cost never overflows (R56).
+    """
+
+    __slots__ = ("_load_weight", "_prefill_weight")
+
+    def __init__(self, prefill_weight: int, load_weight: int) -> None:
+        self._prefill_weight = prefill_weight
+        self._load_weight = load_weight
+
+    def cost(self, fleet: Fleet, worker: int) -> int:
+        """R56's cost of ``worker`` for the request being routed."""
+        to_prefill = fleet.prompt_blocks() - fleet.cached(worker)
+        return self._prefill_weight * to_prefill + self._load_weight * fleet.load_blocks(worker)
+
+    def costs(self, fleet: Fleet) -> list[int]:
+        """``cost`` of every worker, in worker order (the prompt's blocks found once)."""
+        prefill_weight, load_weight = self._prefill_weight, self._load_weight
+        prompt_blocks = fleet.prompt_blocks()
+        return [
+            prefill_weight * (prompt_blocks - fleet.cached(worker))
+            + load_weight * fleet.load_blocks(worker)
+            for worker in range(fleet.size)
+        ]
+
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        pass
+
+    def route(self, fleet: Fleet) -> int:
+        costs = self.costs(fleet)
+        return costs.index(min(costs))  # the first of the lowest
 
 
 def make_router(routing: Routing, workers: int) -> Router:
@@ -75,4 +205,8 @@ def make_router(routing: Routing, workers: int) -> Router:
     if routing.policy == "random":
         assert routing.seed is not None  # guaranteed by the schema (R3)
         return RandomRouter(workers, routing.seed)
+    if routing.policy == "least_loaded":
+        return LeastLoadedRouter(workers)
+    if routing.policy == "cache_aware":
+        return CacheAwareRouter(routing.prefill_weight, routing.load_weight)
     return RoundRobinRouter(workers)

@@ -70,6 +70,41 @@ def arrival_order(workload: Workload) -> list[int]:
     return sorted(range(len(requests)), key=lambda position: requests[position].arrival_us)
 
 
+class FleetView:
+    """R54: what a state-aware router sees at one arrival (``routing.Fleet``): the workers'
+    counters and, for the request being routed, ``cached(w, r)``.
+
+    It reads the workers at the moment it is asked, in the arrival event, so it sees the fleet
+    after every event with a smaller key (R7). A worker may be in the middle of a run of decode
+    steps then (``Step.repeat``), which the loop applies only when the run ends; that is exact
+    because nothing a router reads changes inside a run (``CachingWorker.run_keeps_router_view``).
+    """
+
+    __slots__ = ("_state", "_workers")
+
+    def __init__(self, workers: list[Worker], state: RequestState | None) -> None:
+        self._workers = workers
+        self._state = state
+
+    @property
+    def size(self) -> int:
+        return len(self._workers)
+
+    def outstanding(self, worker: int) -> int:
+        return self._workers[worker].outstanding
+
+    def load_blocks(self, worker: int) -> int:
+        return self._workers[worker].load_blocks
+
+    def prompt_blocks(self) -> int:
+        assert self._state is not None, "no request is being routed"
+        return self._workers[0].prompt_blocks(self._state)
+
+    def cached(self, worker: int) -> int:
+        assert self._state is not None, "no request is being routed"
+        return self._workers[worker].cached_blocks(self._state)
+
+
 #: How many arrivals pass between two calls of a progress callback.
 PROGRESS_EVERY = 2048
 
@@ -93,6 +128,9 @@ def simulate(
     limits = scenario.scheduler
     router = make_router(scenario.routing, scenario.workers)
     kv_cache = scenario.kv_cache
+    state_aware = scenario.routing.state_aware
+    #: R57: whether each routed request records cached(w, r) at the worker it joins
+    records_cached = state_aware and kv_cache is not None and kv_cache.prefix_caching
     workers: list[Worker]
     if kv_cache is None:
         workers = [Worker(index) for index in range(scenario.workers)]
@@ -133,6 +171,8 @@ def simulate(
 
     #: R22's C is read by a measured model and by the trace; a synthetic model ignores it.
     uses_context = timing.model.uses_context or record_trace
+    #: what a router reads between arrivals: only the counters (R54), not a request's blocks
+    fleet_view = FleetView(workers, None)
     arrived = 0
     push_next_arrival()
     while queue:
@@ -144,7 +184,8 @@ def simulate(
             step = worker.in_flight
             assert step is not None
             worker.in_flight = None
-            worker.complete_step(step)
+            if worker.complete_step(step):  # R54: a completion changes what a router sees
+                router.counters_changed(fleet_view, worker.index)
             request_scheduling(worker, now_us)
         elif priority == ARRIVAL:
             state = states[subject]
@@ -153,8 +194,12 @@ def simulate(
                 state.reject_reason = reason
                 state.terminal_us = now_us
             else:
-                worker = workers[router.route()]
+                fleet_view = FleetView(workers, state)
+                worker = workers[router.route(fleet_view)]
+                if records_cached:
+                    state.cached_blocks_at_routing = fleet_view.cached(worker.index)
                 worker.enqueue(state)
+                router.counters_changed(fleet_view, worker.index)
                 run = worker.in_flight
                 if run is not None and run.truncate_at(now_us):
                     worker.completion_sequence = push(run.end_us, STEP_COMPLETION, worker.index)
@@ -184,6 +229,10 @@ def simulate(
                 step.repeat = decode_run_length(step, MAX_TIME_US, max_steps)
             else:
                 measured_decode_run(step, timing.model, MAX_TIME_US, max_steps)
+            # R54: a state-aware router may read this worker before the run ends
+            assert not state_aware or worker.run_keeps_router_view(step), (
+                "run_keeps_router_view: a run would change what a state-aware router reads"
+            )
             worker.in_flight = step
             if steps is not None:
                 steps.append(step)
