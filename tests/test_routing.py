@@ -29,6 +29,8 @@ class StubFleet:
     load: list[int] = field(default_factory=list)
     cached_blocks: list[int] = field(default_factory=list)
     prompt: int = 0
+    extra_holders: set[int] = field(default_factory=set)
+    """Workers ``may_have_cached`` names beyond those with cached blocks (evicted since)."""
 
     @property
     def size(self) -> int:
@@ -45,6 +47,10 @@ class StubFleet:
 
     def cached(self, worker: int) -> int:
         return self.cached_blocks[worker]
+
+    def may_have_cached(self) -> set[int]:
+        holders = {w for w, cached in enumerate(self.cached_blocks) if cached > 0}
+        return holders | self.extra_holders
 
 
 #: Round robin and random never read the fleet (R12): any view will do.
@@ -126,22 +132,62 @@ def test_lowest_first_is_the_first_of_the_smallest_keys(
         assert order.least() == keys.index(min(keys))
 
 
+def cache_aware(fleet: StubFleet, prefill_weight: int, load_weight: int) -> int:
+    """CacheAwareRouter's choice once it has heard of every worker's load."""
+    router = CacheAwareRouter(fleet.size, prefill_weight, load_weight)
+    for worker in range(fleet.size):
+        router.counters_changed(fleet, worker)
+    return router.route(fleet)
+
+
+def by_scan(fleet: StubFleet, prefill_weight: int, load_weight: int) -> int:
+    """R56 read literally: every worker's cost, the first of the lowest."""
+    costs = [
+        prefill_weight * (fleet.prompt - fleet.cached(w)) + load_weight * fleet.load_blocks(w)
+        for w in range(fleet.size)
+    ]
+    return costs.index(min(costs))
+
+
 def test_r56_cache_aware_cost_is_r56_formula() -> None:
     # prompt 10 blocks; cached 0, 6, 10; load 0, 3, 9. With weights (1, 1):
     # cost = (10-0)+0 = 10, (10-6)+3 = 7, (10-10)+9 = 9: worker 1.
     fleet = StubFleet([0, 0, 0], load=[0, 3, 9], cached_blocks=[0, 6, 10], prompt=10)
-    assert [CacheAwareRouter(1, 1).cost(fleet, w) for w in range(3)] == [10, 7, 9]
-    assert CacheAwareRouter(1, 1).route(fleet) == 1
+    router = CacheAwareRouter(3, 1, 1)
+    costs = [router.cost(10, fleet.cached(w), fleet.load_blocks(w)) for w in range(3)]
+    assert costs == [10, 7, 9]
+    assert cache_aware(fleet, 1, 1) == 1
     # (3, 1): 30, 12+3 = 15, 0+9 = 9: worker 2. (1, 2): 10, 4+6 = 10, 18: 0 and 1 tie, 0.
-    assert CacheAwareRouter(3, 1).route(fleet) == 2
-    assert CacheAwareRouter(1, 2).route(fleet) == 0
+    assert cache_aware(fleet, 3, 1) == 2
+    assert cache_aware(fleet, 1, 2) == 0
     # (0, 1): the load alone, worker 0; (1, 0): the cache alone, worker 2.
-    assert CacheAwareRouter(0, 1).route(fleet) == 0
-    assert CacheAwareRouter(1, 0).route(fleet) == 2
+    assert cache_aware(fleet, 0, 1) == 0
+    assert cache_aware(fleet, 1, 0) == 2
 
 
 def test_r56_cache_aware_is_exact_beyond_64_bits() -> None:
     # R56: costs above 2**64 stay exact; a float would tie these two workers
     big = 2**70
     fleet = StubFleet([0, 0], load=[big + 1, big], cached_blocks=[0, 0], prompt=1)
-    assert CacheAwareRouter(65536, 65536).route(fleet) == 1
+    assert cache_aware(fleet, 65536, 65536) == 1
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> StubFleet:
+    workers = draw(st.integers(1, 8))
+    prompt = draw(st.integers(1, 6))
+    per_worker = st.lists(st.integers(0, prompt), min_size=workers, max_size=workers)
+    cached = draw(per_worker)
+    load = draw(st.lists(st.integers(0, 12), min_size=workers, max_size=workers))
+    extra = draw(st.sets(st.integers(0, workers - 1)))
+    return StubFleet([0] * workers, load, cached, prompt, extra)
+
+
+@given(fleets(), st.integers(0, 3), st.integers(0, 3))
+def test_r56_cache_aware_candidates_hold_the_winner_of_every_worker(
+    fleet: StubFleet, prefill_weight: int, load_weight: int
+) -> None:
+    # the router weighs only its candidates: it must choose what a scan of every worker does
+    assert cache_aware(fleet, prefill_weight, load_weight) == by_scan(
+        fleet, prefill_weight, load_weight
+    )

@@ -244,6 +244,21 @@ def test_r56_cache_aware_counts_the_prompt_blocks_it_sent() -> None:
     assert workers_of(result) == {"a": 0, "b": 1, "c": 1, "d": 1}
 
 
+def test_r56_a_cached_prefix_beats_the_least_loaded_worker() -> None:
+    # Weights 2 and 1. a (16 tokens, [1, 2, 3, 4], 50 out): 8 and 8 -> w0. b (4 tokens, 50
+    # out) at 0: w0: 2 * 1 + 4 = 6, w1: 2 * 1 + 0 = 2 -> w1. a's step [0, 1160] registers its 4
+    # blocks at w0, and a and b decode long after 3000. c (16 tokens, [1, 2, 3, 4]) at 3000:
+    # w0: 2 * (4 - 4) + 4 = 4, w1: 2 * 4 + 1 = 9 -> w0, though w1 has the least load.
+    wl = workload(
+        ("a", 0, 16, 50, [1, 2, 3, 4]),
+        ("b", 0, 4, 50),
+        ("c", 3000, 16, 1, [1, 2, 3, 4]),
+    )
+    result = simulate(scenario("cache_aware", weights=(2, 1)), wl, PROFILE)
+    assert workers_of(result) == {"a": 0, "b": 1, "c": 0}
+    assert by_id(result)["c"].cached_blocks_at_routing == 4
+
+
 # --- R57: what the report says ---------------------------------------------------------
 
 
@@ -343,6 +358,42 @@ def test_state_aware_routing_is_the_same_with_and_without_decode_runs(
         ]
 
     assert observed(with_runs) == observed(one_by_one)
+
+
+def _every_worker(self: simulation.FleetView) -> range:
+    return range(self.size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shared_prefix_requests,
+    st.integers(2, 4),
+    st.sampled_from([12, 20, 1000]),
+    st.tuples(st.integers(0, 3), st.integers(0, 3)).filter(lambda w: w != (0, 0)),
+)
+def test_cache_aware_weighing_candidates_routes_as_weighing_every_worker(
+    requests: list[tuple[int, int, int, int, int]],
+    workers: int,
+    blocks: int,
+    weights: tuple[int, int],
+) -> None:
+    # CacheAwareRouter weighs only the workers where the request's block 0 was ever
+    # registered (worker.FirstBlocks) and the least loaded; told that every worker may have
+    # cached blocks, it weighs them all, as R56 reads. Small caches evict registered blocks.
+    wl = workload(
+        *[
+            (f"r{i}", arrival, prompt, out, [100 * prefix + h for h in range(hashes)])
+            for i, (arrival, prompt, out, prefix, hashes) in enumerate(requests)
+        ]
+    )
+    sc = scenario("cache_aware", workers=workers, blocks=blocks, weights=weights)
+    weighed = simulate(sc, wl, PROFILE)
+    with mock.patch.object(simulation.FleetView, "may_have_cached", _every_worker):
+        scanned = simulate(sc, wl, PROFILE)
+    assert workers_of(weighed) == workers_of(scanned)
+    assert [s.cached_blocks_at_routing for s in weighed.requests] == [
+        s.cached_blocks_at_routing for s in scanned.requests
+    ]
 
 
 #: a decode run that would have to evict: one worker of 4 blocks. a (8 tokens, [1, 2]) leaves

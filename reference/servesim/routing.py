@@ -10,6 +10,8 @@ one method, called once per accepted request in arrival order.
 from __future__ import annotations
 
 import heapq
+import itertools
+from collections.abc import Collection
 from typing import Protocol
 
 from servesim.model import Routing
@@ -62,6 +64,11 @@ class Fleet(Protocol):
     def cached(self, worker: int) -> int:
         """``cached(w, r)``: r's leading identified blocks registered at ``worker`` now, at
         most ``floor(prompt_tokens / B)`` (with prefix caching on; 0 otherwise)."""
+        ...
+
+    def may_have_cached(self) -> Collection[int]:
+        """The workers where ``cached(w, r)`` may be above 0: every worker not among them
+        has ``cached(w, r) == 0`` (a superset is allowed, not a subset)."""
         ...
 
 
@@ -169,35 +176,50 @@ class CacheAwareRouter:
     weighs the prompt blocks w would have to prefill against the prompt blocks it already has
     to serve (Dynamo's ``overlap_score_weight * prefill blocks + decode blocks``). Python's
     integers are exact at any size, so the cost never overflows (R56).
+
+    Only a few workers can win (``candidates``), so a large fleet is not walked worker by
+    worker at every arrival: the load blocks are kept in order as they change.
     """
 
-    __slots__ = ("_load_weight", "_prefill_weight")
+    __slots__ = ("_by_load", "_load_weight", "_prefill_weight")
 
-    def __init__(self, prefill_weight: int, load_weight: int) -> None:
+    def __init__(self, workers: int, prefill_weight: int, load_weight: int) -> None:
         self._prefill_weight = prefill_weight
         self._load_weight = load_weight
+        self._by_load = LowestFirst(workers)  # every worker starts with no load
 
-    def cost(self, fleet: Fleet, worker: int) -> int:
-        """R56's cost of ``worker`` for the request being routed."""
-        to_prefill = fleet.prompt_blocks() - fleet.cached(worker)
-        return self._prefill_weight * to_prefill + self._load_weight * fleet.load_blocks(worker)
+    def cost(self, prompt_blocks: int, cached: int, load_blocks: int) -> int:
+        """R56's cost of a worker with ``cached`` blocks of the request's ``prompt_blocks``
+        and ``load_blocks`` blocks to serve."""
+        return self._prefill_weight * (prompt_blocks - cached) + self._load_weight * load_blocks
 
-    def costs(self, fleet: Fleet) -> list[int]:
-        """``cost`` of every worker, in worker order (the prompt's blocks found once)."""
-        prefill_weight, load_weight = self._prefill_weight, self._load_weight
-        prompt_blocks = fleet.prompt_blocks()
-        return [
-            prefill_weight * (prompt_blocks - fleet.cached(worker))
-            + load_weight * fleet.load_blocks(worker)
-            for worker in range(fleet.size)
-        ]
+    def candidates(self, fleet: Fleet) -> set[int]:
+        """The workers among which the lowest cost, lowest index, is always found.
+
+        A worker w not in ``fleet.may_have_cached()`` has cached(w, r) = 0, so its cost is
+        ``prefill_weight * prompt blocks + load_weight * load_blocks(w)``. Of those workers,
+        the cheapest first is the one with the least ``load_blocks``, lowest index first, of
+        the whole fleet (``LowestFirst``): no other worker has less load, and cached blocks
+        only lower a cost. When ``load_weight`` is 0 they all cost the same, and the first of
+        them is the lowest index not in ``may_have_cached()``.
+        """
+        may_have_cached = fleet.may_have_cached()
+        candidates = {*may_have_cached, self._by_load.least()}
+        if self._load_weight == 0:
+            uncached = (w for w in range(fleet.size) if w not in may_have_cached)
+            candidates.update(itertools.islice(uncached, 1))
+        return candidates
 
     def counters_changed(self, fleet: Fleet, worker: int) -> None:
-        pass
+        self._by_load.update(worker, fleet.load_blocks(worker))
 
     def route(self, fleet: Fleet) -> int:
-        costs = self.costs(fleet)
-        return costs.index(min(costs))  # the first of the lowest
+        prompt_blocks = fleet.prompt_blocks()
+
+        def cost(worker: int) -> int:
+            return self.cost(prompt_blocks, fleet.cached(worker), fleet.load_blocks(worker))
+
+        return min(sorted(self.candidates(fleet)), key=cost)  # min keeps the first of equals
 
 
 def make_router(routing: Routing, workers: int) -> Router:
@@ -208,5 +230,5 @@ def make_router(routing: Routing, workers: int) -> Router:
     if routing.policy == "least_loaded":
         return LeastLoadedRouter(workers)
     if routing.policy == "cache_aware":
-        return CacheAwareRouter(routing.prefill_weight, routing.load_weight)
+        return CacheAwareRouter(workers, routing.prefill_weight, routing.load_weight)
     return RoundRobinRouter(workers)

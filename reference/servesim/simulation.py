@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,6 +20,7 @@ from servesim.model import Scenario, SyntheticLinearTiming, TimingProfile, Workl
 from servesim.routing import make_router
 from servesim.worker import (
     CachingWorker,
+    FirstBlocks,
     RequestState,
     Step,
     Worker,
@@ -80,10 +81,13 @@ class FleetView:
     because nothing a router reads changes inside a run (``CachingWorker.run_keeps_router_view``).
     """
 
-    __slots__ = ("_state", "_workers")
+    __slots__ = ("_first_blocks", "_state", "_workers")
 
-    def __init__(self, workers: list[Worker], state: RequestState | None) -> None:
+    def __init__(
+        self, workers: list[Worker], first_blocks: FirstBlocks, state: RequestState | None
+    ) -> None:
         self._workers = workers
+        self._first_blocks = first_blocks
         self._state = state
 
     @property
@@ -103,6 +107,14 @@ class FleetView:
     def cached(self, worker: int) -> int:
         assert self._state is not None, "no request is being routed"
         return self._workers[worker].cached_blocks(self._state)
+
+    def may_have_cached(self) -> Collection[int]:
+        assert self._state is not None, "no request is being routed"
+        worker = self._workers[0]
+        if not isinstance(worker, CachingWorker):
+            return ()
+        identities = worker.identities(self._state)
+        return self._first_blocks.workers(identities[0]) if identities else ()
 
 
 #: How many arrivals pass between two calls of a progress callback.
@@ -132,13 +144,14 @@ def simulate(
     #: R57: whether each routed request records cached(w, r) at the worker it joins
     records_cached = state_aware and kv_cache is not None and kv_cache.prefix_caching
     workers: list[Worker]
+    first_blocks = FirstBlocks()  # R54: where each first block was registered, fleet-wide
     if kv_cache is None:
         workers = [Worker(index) for index in range(scenario.workers)]
     else:  # section 11: each worker has its own cache; hash prefixes are one naming
         prefixes = HashPrefixes()
         hash_block_tokens = workload.prefix_hash_block_tokens
         workers = [
-            CachingWorker(index, kv_cache, hash_block_tokens, prefixes)
+            CachingWorker(index, kv_cache, hash_block_tokens, prefixes, first_blocks)
             for index in range(scenario.workers)
         ]
     states = [RequestState(request, position) for position, request in enumerate(workload.requests)]
@@ -172,7 +185,7 @@ def simulate(
     #: R22's C is read by a measured model and by the trace; a synthetic model ignores it.
     uses_context = timing.model.uses_context or record_trace
     #: what a router reads between arrivals: only the counters (R54), not a request's blocks
-    fleet_view = FleetView(workers, None)
+    fleet_view = FleetView(workers, first_blocks, None)
     arrived = 0
     push_next_arrival()
     while queue:
@@ -194,7 +207,7 @@ def simulate(
                 state.reject_reason = reason
                 state.terminal_us = now_us
             else:
-                fleet_view = FleetView(workers, state)
+                fleet_view = FleetView(workers, first_blocks, state)
                 worker = workers[router.route(fleet_view)]
                 if records_cached:
                     state.cached_blocks_at_routing = fleet_view.cached(worker.index)

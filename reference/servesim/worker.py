@@ -414,6 +414,30 @@ class Worker:
         return finished
 
 
+class FirstBlocks:
+    """For each identity of a block 0 (R47), the workers where such a block was registered at
+    some time: a superset of those where it is registered now (an eviction does not remove a
+    worker), shared by the fleet. A request's ``cached(w, r)`` (R54) is 0 at every other
+    worker, so a cache-aware router need not walk the registry there
+    (``routing.CacheAwareRouter``)."""
+
+    __slots__ = ("_workers",)
+
+    def __init__(self) -> None:
+        self._workers: dict[Identity, set[int]] = {}
+
+    def filled(self, identity: Identity, worker: int) -> None:
+        """``worker`` filled a block 0 with ``identity`` (it registered it, or already had)."""
+        self._workers.setdefault(identity, set()).add(worker)
+
+    def workers(self, identity: Identity) -> frozenset[int] | set[int]:
+        """The workers where a block 0 with ``identity`` may be registered now."""
+        return self._workers.get(identity, _NO_WORKERS)
+
+
+_NO_WORKERS: frozenset[int] = frozenset()
+
+
 def allotment_with_cache(
     remaining: int, budget: int, limits: SchedulerLimits, recomputing: bool
 ) -> int:
@@ -431,7 +455,7 @@ class CachingWorker(Worker):
     A subclass, so that a worker without a cache runs exactly the code of sections 2 to 7.
     """
 
-    __slots__ = ("cache", "hash_block_tokens", "preempted", "prefixes")
+    __slots__ = ("cache", "first_blocks", "hash_block_tokens", "preempted", "prefixes")
 
     def __init__(
         self,
@@ -439,8 +463,11 @@ class CachingWorker(Worker):
         kv_cache: KvCache,
         hash_block_tokens: int | None,
         prefixes: HashPrefixes,
+        first_blocks: FirstBlocks | None = None,
     ) -> None:
         super().__init__(index)
+        self.first_blocks = FirstBlocks() if first_blocks is None else first_blocks
+        """R54: the fleet's index of where each first block was registered (shared)."""
         self.kv_counters = KvCacheCounters()
         self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.kv_counters)
         # R47: with prefix caching off (or no hashes at all) no block is identified
@@ -660,6 +687,8 @@ class CachingWorker(Worker):
             if identities:
                 cached = state.cached_tokens
                 cache.register(state.blocks, identities, cached - tokens, cached)
+                if cached - tokens < cache.block_tokens <= cached:  # it filled its block 0
+                    self.first_blocks.filled(identities[0], self.index)
         for state in finished:
             cache.release(state.blocks)
         return finished
