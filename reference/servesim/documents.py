@@ -364,21 +364,25 @@ def _needs_newer_minor(
 
     Its version's schema would list every member it does not know; the user only needs to hear
     that the document is written for the newer minor (for example a grid profile labelled 1.0).
+    The minor named is the first that accepts the document (a KV cache in a scenario 1.0 needs
+    1.1, not the newest minor), and a document no later minor accepts gets its own errors.
     """
     major = version.split(".", 1)[0]
-    newest = [each for each in SUPPORTED_VERSIONS[kind] if each.split(".", 1)[0] == major][-1]
-    if newest == version or not schema_problems(value, kind, version, file):
+    minors = [each for each in SUPPORTED_VERSIONS[kind] if each.split(".", 1)[0] == major]
+    later = minors[minors.index(version) + 1 :]
+    if not later or not schema_problems(value, kind, version, file):
         return None
-    if schema_problems({**value, "schema_version": newest}, kind, newest, file):
-        return None
-    return [
-        InputProblem(
-            file,
-            "/schema_version",
-            f"the document uses what version {newest} added; expected {as_json(newest)}, "
-            f"found {as_json(version)}",
-        )
-    ]
+    for newer in later:
+        if not schema_problems({**value, "schema_version": newer}, kind, newer, file):
+            return [
+                InputProblem(
+                    file,
+                    "/schema_version",
+                    f"the document uses what version {newer} added; expected {as_json(newer)}, "
+                    f"found {as_json(version)}",
+                )
+            ]
+    return None
 
 
 # --- R4: semantic constraints -----------------------------------------------------------

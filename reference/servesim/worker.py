@@ -56,6 +56,8 @@ class RequestState:
     """R46: the blocks it holds while running, ``ceil(cached_tokens / B)`` of them."""
     identities: list[Identity] | None = None
     """R47: its identified blocks' identities, found at its first admission with a cache."""
+    cached_blocks_at_routing: int | None = None
+    """R54, R57: cached(w, r) at the worker it joined, when a state-aware policy routed it with prefix caching on."""
 
     def __post_init__(self) -> None:
         self.prefill_target = self.request.prompt_tokens
