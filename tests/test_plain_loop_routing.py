@@ -188,6 +188,32 @@ def test_r54_an_evicted_block_is_no_longer_seen(tmp_path: Path) -> None:
     assert report["requests"][2]["reused_prompt_tokens"] == 2
 
 
+def test_r54_an_arrival_sees_no_step_formed_at_its_instant(tmp_path: Path) -> None:
+    """Caches of 4 blocks of 2, prefill_weight 2. a (prompt 4, hashes [1, 2]) runs 0-1 on
+    worker 0 and leaves both blocks cached (block 1 release number 0, block 0 number 1). At 5,
+    e (prompt 6, hashes [7, 8, 9]) costs 2*3 + 0 on both workers and goes to worker 0 (load 3).
+    f (a's prompt) arrives at 5 after e and is routed before worker 0 forms the step that
+    evicts a's block 1 for e: it sees cached 2, cost 2*0 + 3 = 3 against 2*2 + 0 = 4, so worker
+    0. (Seeing the eviction it would cost 2*1 + 3 = 5 and go to worker 1.) In that step e takes
+    the 4 blocks' 2 free ones and a's block 1; f (hit 1 block) cannot get its 1 more block and
+    waits; at 6 it holds a's block 0, evicts e's last block and reuses 2 tokens."""
+    kv = {"blocks": 4, "block_tokens": 2, "prefix_caching": True}
+    wl = workload(
+        request("a", 0, 4, 1, [1, 2]),
+        request("e", 5, 6, 1, [7, 8, 9]),
+        request("f", 5, 4, 1, [1, 2]),
+        hash_block_tokens=2,
+    )
+    routing = {"policy": "cache_aware", "prefill_weight": 2}
+    code, _, report = run(tmp_path, scenario(routing, kv=kv), wl)
+    assert code == 0
+    assert placed(report) == {"a": (0, 0), "e": (0, 0), "f": (0, 2)}
+    assert report is not None
+    f = report["requests"][2]
+    assert (f["first_scheduled_us"], f["reused_prompt_tokens"], f["completion_us"]) == (6, 2, 7)
+    assert report["workers"][0]["kv_cache"]["evictions"] == 2
+
+
 @pytest.mark.parametrize(
     ("routing", "kv", "b_seen"),
     [
