@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-RoutingPolicyName = Literal["round_robin", "random"]
+RoutingPolicyName = Literal["round_robin", "random", "least_loaded", "cache_aware"]
 PrefillMode = Literal["whole", "chunked"]
 
 
@@ -39,10 +39,21 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class Routing:
-    """The routing policy; ``seed`` is set exactly when ``policy`` is ``"random"``."""
+    """The routing policy; ``seed`` is set exactly when ``policy`` is ``"random"``.
+
+    The weights are R56's; they are read only by ``"cache_aware"`` (1 when the scenario leaves
+    them out, as R56 says).
+    """
 
     policy: RoutingPolicyName
     seed: int | None = None
+    prefill_weight: int = 1
+    load_weight: int = 1
+
+    @property
+    def state_aware(self) -> bool:
+        """Whether the policy looks at the fleet (section 12) rather than only counting."""
+        return self.policy in ("least_loaded", "cache_aware")
 
 
 @dataclass(frozen=True, slots=True)
