@@ -262,6 +262,7 @@ def test_report_3_0_has_no_routing_member_and_reads_no_scenario_1_2(tmp_path: Pa
 @pytest.mark.parametrize(
     ("routing", "kv", "version", "pointer"),
     [
+        ({"policy": "least_outstanding"}, None, "1.2", "/routing/policy"),
         ({"policy": "least_loaded"}, None, "1.1", "/routing/policy"),
         ({"policy": "cache_aware"}, KV, "1.1", "/routing/policy"),
         ({"policy": "least_loaded", "seed": 1}, None, "1.2", "/routing/seed"),

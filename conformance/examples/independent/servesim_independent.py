@@ -400,7 +400,16 @@ def check_routing(scn):
         return probs
     policy = routing.get("policy")
     version = scn.get("schema_version")
-    if policy in STATE_AWARE and version != "1.2":
+    if policy not in ("round_robin", "random", *STATE_AWARE):
+        probs.append(
+            (
+                "scenario",
+                "/routing/policy",
+                '"round_robin", "random" or (scenario 1.2) "least_loaded" or "cache_aware" '
+                "(R3); got %s" % json.dumps(policy),
+            )
+        )
+    elif policy in STATE_AWARE and version != "1.2":
         probs.append(
             (
                 "scenario",
