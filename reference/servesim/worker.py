@@ -393,7 +393,7 @@ class CachingWorker(Worker):
     A subclass, so that a worker without a cache runs exactly the code of sections 2 to 7.
     """
 
-    __slots__ = ("cache", "hash_block_tokens", "preempted", "prefixes")
+    __slots__ = ("cache", "hash_block_tokens", "preempted", "prefixes", "refused_blocks")
 
     def __init__(
         self,
@@ -410,6 +410,10 @@ class CachingWorker(Worker):
         self.prefixes = prefixes
         self.preempted: list[RequestState] = []
         """R49: the victims of the step formed last, in the order they were preempted."""
+        self.refused_blocks = 0
+        """The blocks the head of the queue needed when the step formed last refused it for
+        want of blocks (R50 step 3); 0 when admission stopped for another reason. Read by
+        ``run_limit``."""
 
     def identities(self, state: RequestState) -> list[Identity]:
         """R47: the request's identified blocks, found once."""
@@ -427,6 +431,7 @@ class CachingWorker(Worker):
         """R50: R17 to R19, each request taking the blocks its step needs (R46), preempting
         when they are not there (R49); a step that preempted admits nobody."""
         self.preempted = []
+        self.refused_blocks = 0
         served: set[RequestState] = set()  # R49: given a decode token or an allotment
         running = list(self.running)  # the running order before anyone is preempted
         # 1. R17: each Decode request needs the blocks for one more cached token. A request
@@ -512,6 +517,7 @@ class CachingWorker(Worker):
             needed = cache.blocks_for(reused + tokens) - len(hits)
             evictable = cache.cached_count - cache.cached_among(hits)
             if tokens == 0 or needed > cache.free + evictable:
+                self.refused_blocks = needed if tokens else 0
                 break
             self.waiting.popleft()
             head.blocks.identities = head.identities or ()
@@ -542,18 +548,27 @@ class CachingWorker(Worker):
 
         The first step took its blocks when formed. Each later step of the run gives every
         decoding request one more cached token, so a request crossing into a new block takes
-        one. While free blocks cover them nothing is evicted or preempted, the registry does
-        not change (output tokens are never identified, R47) and admission, blocked in the
-        first step, stays blocked (free blocks only shrink). So the run may go on while the
-        blocks its later steps take are at most the free blocks. A traced run writes one
-        ``kv_blocks_in_use`` for all its steps (R30), so there it takes none.
+        one, a free one or else by evicting a cached one (R49). While the blocks the later
+        steps take are at most ``free + cached`` at the start, nobody is preempted (nothing is
+        released in the run, so what a request can get only shrinks by what is taken), the
+        registry only loses evicted blocks (output tokens are never identified, R47), and the
+        evictions are the same taken one step at a time as all at once (the least recently
+        released first). Admission, blocked in the first step, stays blocked
+        (``_eviction_keeps_admission_blocked``); where that is not certain the run takes only
+        free blocks, which evict nothing. A traced run writes one ``kv_blocks_in_use`` for all
+        its steps (R30), so there it takes none.
         """
         if step.prefill or self.preempted or not step.decode:
             return 1
-        spare = 0 if traced else self.cache.free
+        cache = self.cache
+        spare = 0
+        if not traced:
+            spare = cache.free
+            if self._eviction_keeps_admission_blocked():
+                spare += cache.cached_count
         cached = [state.cached_tokens for state in step.decode]
-        blocks_for = self.cache.blocks_for
-        block_tokens = self.cache.block_tokens
+        blocks_for = cache.blocks_for
+        block_tokens = cache.block_tokens
         # the steps before any request's cached tokens outgrow its blocks: none is taken
         headroom = min(-tokens % block_tokens for tokens in cached) + 1
         high = _steps_to_first_completion(step)
@@ -572,16 +587,31 @@ class CachingWorker(Worker):
                 high = middle - 1
         return low
 
+    def _eviction_keeps_admission_blocked(self) -> bool:
+        """Whether no eviction in a decode-only run can let the head of the queue in.
+
+        Admission stopped in the run's first step (R50 step 3). If it stopped for no queue,
+        no budget, ``max_num_seqs`` or an allotment of 0, eviction changes none of these (an
+        evicted hit block only leaves the head more to compute). If it stopped for want of
+        blocks, the head needed n > free + cached blocks less its own cached hit blocks. An
+        eviction can shorten its hit, and then those of its hit blocks past the new end count
+        as evictable for it; but a shorter hit never needs fewer new blocks (its allotment only
+        grows), and free + cached only shrinks in the run. So it stays out for certain when
+        n > free + cached already.
+        """
+        refused = self.refused_blocks
+        return refused == 0 or refused > self.cache.free + self.cache.cached_count
+
     def complete_step(self, step: Step) -> list[RequestState]:
         """R51: R20, then the step's registrations (R47), then the completed requests'
         releases (R46), each in running order."""
         cache = self.cache
         assert self.kv_counters is not None
-        if step.repeat > 1:  # the later steps of a run take their blocks (free ones, run_limit)
+        if step.repeat > 1:  # the later steps of a run take their blocks (run_limit)
             for state in step.decode:
                 cached = state.cached_tokens + step.repeat - 1
                 needed = cache.blocks_for(cached) - state.blocks.count
-                assert needed <= cache.free, "run_limit: a run takes only free blocks"
+                assert needed <= cache.obtainable(), "run_limit: a run preempts nobody"
                 cache.take(state.blocks, needed)
                 state.cached_tokens = cached
             self.kv_counters.peak_blocks_in_use = max(
