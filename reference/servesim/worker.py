@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from servesim.kv_cache import (
+    NO_IDENTITIES,
     BlockCache,
+    BlockIdentities,
     HashPrefixes,
     HeldBlocks,
-    Identity,
     KvCacheCounters,
     block_identities,
 )
@@ -54,7 +55,7 @@ class RequestState:
     """R46: the tokens whose keys and values it has in the cache (with a cache only)."""
     blocks: HeldBlocks = field(default_factory=HeldBlocks)
     """R46: the blocks it holds while running, ``ceil(cached_tokens / B)`` of them."""
-    identities: list[Identity] | None = None
+    identities: BlockIdentities | None = None
     """R47: its identified blocks' identities, found at its first admission with a cache."""
 
     def __post_init__(self) -> None:
@@ -404,9 +405,10 @@ class CachingWorker(Worker):
     ) -> None:
         super().__init__(index)
         self.kv_counters = KvCacheCounters()
-        self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.kv_counters)
         # R47: with prefix caching off (or no hashes at all) no block is identified
         self.hash_block_tokens = hash_block_tokens if kv_cache.prefix_caching else None
+        per_hash = (hash_block_tokens or kv_cache.block_tokens) // kv_cache.block_tokens
+        self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.kv_counters, per_hash)
         self.prefixes = prefixes
         self.preempted: list[RequestState] = []
         """R49: the victims of the step formed last, in the order they were preempted."""
@@ -415,10 +417,10 @@ class CachingWorker(Worker):
         want of blocks (R50 step 3); 0 when admission stopped for another reason. Read by
         ``run_limit``."""
 
-    def identities(self, state: RequestState) -> list[Identity]:
+    def identities(self, state: RequestState) -> BlockIdentities:
         """R47: the request's identified blocks, found once."""
         if state.identities is None:
-            state.identities = []
+            state.identities = NO_IDENTITIES
             if self.hash_block_tokens is not None and state.request.prefix_hashes:
                 state.identities = block_identities(
                     state.request, self.cache.block_tokens, self.hash_block_tokens, self.prefixes
@@ -511,17 +513,18 @@ class CachingWorker(Worker):
         while self.waiting and budget > 0 and len(self.running) < limits.max_num_seqs:
             head = self.waiting[0]
             target = head.request.prompt_tokens + len(head.token_times_us)  # R48's L
-            hits = cache.hits(self.identities(head), (target - 1) // block_tokens)
-            reused = len(hits) * block_tokens
+            identities = self.identities(head)
+            hit, cached_hits = cache.hit(identities, (target - 1) // block_tokens)
+            reused = hit * block_tokens
             tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
-            needed = cache.blocks_for(reused + tokens) - len(hits)
-            evictable = cache.cached_count - cache.cached_among(hits)
+            needed = cache.blocks_for(reused + tokens) - hit
+            evictable = cache.cached_count - cached_hits
             if tokens == 0 or needed > cache.free + evictable:
                 self.refused_blocks = needed if tokens else 0
                 break
             self.waiting.popleft()
-            head.blocks.identities = head.identities or ()
-            cache.hold(head.blocks, hits)  # first, so that no eviction takes a hit block
+            head.blocks.identities = identities
+            cache.hold(head.blocks, hit)  # first, so that no eviction takes a hit block
             cache.take(head.blocks, needed)
             head.prefill_target = target
             head.prefilled = reused
@@ -619,10 +622,9 @@ class CachingWorker(Worker):
             )
         finished = super().complete_step(step)
         for state, tokens in step.prefill:  # in running order: R18's, then R19's
-            identities = state.identities
-            if identities:
+            if state.identities:
                 cached = state.cached_tokens
-                cache.register(state.blocks, identities, cached - tokens, cached)
+                cache.register(state.blocks, cached - tokens, cached)
         for state in finished:
             cache.release(state.blocks)
         return finished
