@@ -150,6 +150,10 @@ class KvCacheCounters:
     evictions: int = 0
 
 
+HASH_LIMIT = 1 << 53
+"""R47: prefix hashes are below 2^53."""
+
+
 class HashPrefixes:
     """Interns lists of prefix hashes as a trie: equal lists get equal numbers (R47).
 
@@ -162,7 +166,9 @@ class HashPrefixes:
     __slots__ = ("_numbers",)
 
     def __init__(self) -> None:
-        self._numbers: dict[tuple[int, int], int] = {}
+        self._numbers: dict[int, int] = {}
+        """Each known prefix's number, keyed by its parent's number and its last hash as one
+        integer, ``(parent + 1) * HASH_LIMIT + hash`` (cheaper than a pair)."""
 
     def numbers(self, hashes: Sequence[int]) -> list[int]:
         """The number of each prefix ``hashes[: i + 1]``, in order."""
@@ -171,7 +177,7 @@ class HashPrefixes:
         known = self._numbers
         for value in hashes:
             # a new prefix gets the next number, len(known) before it is entered
-            parent = known.setdefault((parent, value), len(known))
+            parent = known.setdefault((parent + 1) * HASH_LIMIT + value, len(known))
             numbers.append(parent)
         return numbers
 
@@ -233,7 +239,8 @@ class BlockCache:
         self.cached_count = 0
         self.group_values: dict[Group, int] = {}
         self.group_counts: dict[Group, int] = {}
-        """A whole group's c: its registered blocks are 0 to c - 1 (less evicted ones)."""
+        """A whole group's c when it is less than k (``count``): its registered blocks are 0 to
+        c - 1 (less evicted ones). Most groups are full, so most have no entry here."""
         self.group_shared: dict[Group, int] = {}
         self.block_values: dict[Identity, int] = {}
         self.block_shared: dict[Identity, int] = {}
@@ -255,10 +262,10 @@ class BlockCache:
             return ABSENT
         if value == SPLIT:
             value = self.block_values.get(identity, ABSENT)
-        elif offset >= self.group_counts[group]:
+        elif offset >= self.count(group):
             return ABSENT
         elif value < HELD:
-            value += self.group_counts[group] - 1 - offset  # released last block first
+            value += self.count(group) - 1 - offset  # released last block first
         return value if value >= self.frontier else ABSENT
 
     def holders(self, identity: Identity) -> int:
@@ -271,8 +278,9 @@ class BlockCache:
     def identities(self) -> Iterator[Identity]:
         """Every identity with an entry, registered or not."""
         per_hash = self.per_hash
-        for group, count in self.group_counts.items():
-            yield from range(group * per_hash, group * per_hash + count)
+        for group, value in self.group_values.items():
+            if value != SPLIT:
+                yield from range(group * per_hash, group * per_hash + self.count(group))
         yield from self.block_values
 
     @property
@@ -324,9 +332,20 @@ class BlockCache:
         self.cached_count -= count
         self.counters.evictions += count
 
+    def count(self, group: Group) -> int:
+        """A whole group's c: its blocks 0 to c - 1 are registered, unless evicted."""
+        return self.group_counts.get(group, self.per_hash)
+
+    def set_count(self, group: Group, count: int) -> None:
+        """Make a whole group's c ``count``."""
+        if count == self.per_hash:
+            self.group_counts.pop(group, None)
+        else:
+            self.group_counts[group] = count
+
     def _live(self, group: Group) -> int:
         """How many of a whole group's blocks 0, 1, ... are registered (not evicted)."""
-        value, count = self.group_values[group], self.group_counts[group]
+        value, count = self.group_values[group], self.count(group)
         if value >= HELD:
             return count
         return max(0, min(count, value + count - self.frontier))
@@ -379,7 +398,7 @@ class BlockCache:
     def _split(self, group: Group) -> None:
         """A whole group's blocks get one entry each (those not evicted), as they may now
         differ."""
-        value, count = self.group_values[group], self.group_counts.pop(group)
+        value, count = self.group_values[group], self.group_counts.pop(group, self.per_hash)
         first = group * self.per_hash
         if value >= HELD:
             others = self.group_shared.pop(group, 0)
@@ -404,7 +423,7 @@ class BlockCache:
             wanted = min(per_hash, hit - index * per_hash)
             value = self.group_values[group]
             if value != SPLIT:
-                count = self.group_counts[group]
+                count = self.count(group)
                 if value >= HELD and wanted == count:  # a whole held group gains a holder
                     self.group_shared[group] = self.group_shared.get(group, 0) + 1
                     held.registered.append((group, count))
@@ -414,7 +433,7 @@ class BlockCache:
                     heapq.heappush(self.reused, (value + count - live, live))
                     self.cached_count -= live
                     self.group_values[group] = HELD
-                    self.group_counts[group] = live
+                    self.set_count(group, live)
                     held.registered.append((group, live))
                     continue
                 self._split(group)  # it holds only some of them
@@ -440,43 +459,60 @@ class BlockCache:
         (its cached tokens went from ``before`` to ``after``), unless their identity already
         has a block: such a duplicate stays unregistered (private).
 
-        A request fills its blocks in order, so in a group it fills blocks r0 to r1 - 1: a group
-        with no registered block that it fills from its block 0, or a whole group it alone holds
-        up to r0, stays whole; any other group is split and its blocks registered one by one.
+        A request fills its blocks in order: the rest of a group it began in an earlier step,
+        then groups from their block 0. In the common case none of the latter has an entry,
+        and they are all entered at once, each whole and held by this request.
         """
         per_hash = self.per_hash
-        numbers = held.identities.numbers
         block = before // self.block_tokens
         last = min(after // self.block_tokens, held.identities.size)  # identified blocks only
+        if block >= last:
+            return
+        index, start = divmod(block, per_hash)
+        if start:
+            self._register_group(held, index, start, min(per_hash, last - index * per_hash))
+            index += 1
+        stop = -(-last // per_hash)  # past the last group it filled blocks of
+        groups = held.identities.numbers[index:stop]
+        if not groups:
+            return
+        if self.group_values.keys().isdisjoint(groups):
+            counts = [per_hash] * len(groups)
+            counts[-1] = last - (stop - 1) * per_hash
+            self.group_values.update(dict.fromkeys(groups, HELD))
+            self.set_count(groups[-1], counts[-1])  # the others are full
+            held.registered.extend(zip(groups, counts, strict=True))
+            held.registered_blocks += last - index * per_hash
+            return
+        for group_index in range(index, stop):
+            self._register_group(held, group_index, 0, min(per_hash, last - group_index * per_hash))
+
+    def _register_group(self, held: HeldBlocks, index: int, start: int, end: int) -> None:
+        """``register`` for the request's filled blocks ``start`` to ``end - 1`` of its hashed
+        block ``index``: a group with no registered block that it fills from its block 0, or a
+        whole group it alone holds up to ``start``, stays whole; any other group is split and
+        its blocks are registered one by one."""
+        group = held.identities.numbers[index]
         registered = held.registered
-        while block < last:
-            index, start = divmod(block, per_hash)
-            end = min(per_hash, last - index * per_hash)
-            block = index * per_hash + end
-            group = numbers[index]
-            value = self.group_values.get(group)
-            if value is None or (value != SPLIT and self._live(group) == 0):
-                if start == 0:  # a new whole group, held by this request
-                    self.group_values[group] = HELD
-                    self.group_counts[group] = end
-                    registered.append((group, end))
-                    held.registered_blocks += end
-                    continue
-                if value is not None:
-                    del self.group_counts[group]
-                self.group_values[group] = SPLIT
-            elif value != SPLIT:
-                if (
-                    registered
-                    and registered[-1] == (group, start)
-                    and group not in self.group_shared
-                ):
-                    self.group_counts[group] = end  # its own whole group grows
-                    registered[-1] = (group, end)
-                    held.registered_blocks += end - start
-                    continue
-                self._split(group)
-            self._register_blocks(held, range(group * per_hash + start, group * per_hash + end))
+        value = self.group_values.get(group)
+        if value is None or (value != SPLIT and self._live(group) == 0):
+            if start == 0:  # a new whole group, held by this request
+                self.group_values[group] = HELD
+                self.set_count(group, end)
+                registered.append((group, end))
+                held.registered_blocks += end
+                return
+            self.group_counts.pop(group, None)
+            self.group_values[group] = SPLIT
+        elif value != SPLIT:
+            if registered and registered[-1] == (group, start) and group not in self.group_shared:
+                self.set_count(group, end)  # its own whole group grows
+                registered[-1] = (group, end)
+                held.registered_blocks += end - start
+                return
+            self._split(group)
+        first = group * self.per_hash
+        self._register_blocks(held, range(first + start, first + end))
 
     def _register_blocks(self, held: HeldBlocks, identities: range) -> None:
         """``register`` for blocks of a split group, one at a time."""
@@ -490,38 +526,57 @@ class BlockCache:
     def release(self, held: HeldBlocks) -> None:
         """R46: a request releases all its blocks, from its last to its first. A block left
         without holders becomes cached, with the next release number, if it is registered, and
-        free otherwise."""
-        per_hash = self.per_hash
+        free otherwise.
+
+        In the common case it holds whole groups only, and alone: they are all cached at once,
+        each with the next ``c`` release numbers."""
         self.free += held.count - held.registered_blocks
-        for entry in reversed(held.registered):
-            if isinstance(entry, tuple):
-                group, count = entry
-                if self.group_values[group] != SPLIT:
-                    others = self.group_shared.get(group)
-                    if others is None:  # the last holder: cached, last block first
-                        self.group_values[group] = self.next_release
-                        self.next_release += count
-                        self.cached_count += count
-                    elif others == 1:
-                        del self.group_shared[group]
-                    else:
-                        self.group_shared[group] = others - 1
-                    continue
-                identities: Sequence[Identity] = range(
-                    group * per_hash + count - 1, group * per_hash - 1, -1
-                )
-            else:
-                identities = (entry,)
-            for identity in identities:
-                others = self.block_shared.get(identity)
-                if others is None:
-                    self.block_values[identity] = self.next_release
-                    self.next_release += 1
-                    self.cached_count += 1
-                elif others == 1:
-                    del self.block_shared[identity]
-                else:
-                    self.block_shared[identity] = others - 1
+        holdings = [entry for entry in reversed(held.registered) if isinstance(entry, tuple)]
+        groups = [group for group, _ in holdings]
+        if (
+            len(holdings) == len(held.registered)
+            and self.group_shared.keys().isdisjoint(groups)
+            and SPLIT not in map(self.group_values.__getitem__, groups)
+        ):
+            first = self.next_release
+            # each group's first release number; accumulate also yields the next one after all
+            numbers = itertools.accumulate((count for _, count in holdings), initial=first)
+            self.group_values.update(zip(groups, numbers, strict=False))
+            self.next_release += held.registered_blocks
+            self.cached_count += held.registered_blocks
+        else:
+            for entry in reversed(held.registered):
+                self._release_entry(entry)
         held.count = 0
         held.registered = []
         held.registered_blocks = 0
+
+    def _release_entry(self, entry: Identity | GroupHolding) -> None:
+        """``release`` for one entry of ``HeldBlocks.registered``, its blocks last first."""
+        if isinstance(entry, tuple):
+            group, count = entry
+            if self.group_values[group] != SPLIT:
+                others = self.group_shared.get(group)
+                if others is None:  # the last holder: cached, last block first
+                    self.group_values[group] = self.next_release
+                    self.next_release += count
+                    self.cached_count += count
+                elif others == 1:
+                    del self.group_shared[group]
+                else:
+                    self.group_shared[group] = others - 1
+                return
+            first = group * self.per_hash
+            identities: Sequence[Identity] = range(first + count - 1, first - 1, -1)
+        else:
+            identities = (entry,)
+        for identity in identities:
+            others = self.block_shared.get(identity)
+            if others is None:
+                self.block_values[identity] = self.next_release
+                self.next_release += 1
+                self.cached_count += 1
+            elif others == 1:
+                del self.block_shared[identity]
+            else:
+                self.block_shared[identity] = others - 1
