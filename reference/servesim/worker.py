@@ -464,12 +464,13 @@ class CachingWorker(Worker):
         they need, preempting until it can (or until it is itself the victim: False)."""
         cache = self.cache
         needed = cache.blocks_for(state.cached_tokens + tokens) - state.blocks.count
-        while needed > cache.obtainable():
-            victim = self._victim(state, served)
-            self._preempt(victim)
-            if victim is state:
-                return False
-        cache.take(state.blocks, needed)
+        if needed:  # most decode steps stay inside the request's last block
+            while needed > cache.obtainable():
+                victim = self._victim(state, served)
+                self._preempt(victim)
+                if victim is state:
+                    return False
+            cache.take(state.blocks, needed)
         state.cached_tokens += tokens
         served.add(state)
         return True
@@ -541,7 +542,8 @@ class CachingWorker(Worker):
         """R52: the step's blocks in use once formed, and its victims."""
         assert self.kv_counters is not None
         step.kv_blocks_in_use = self.cache.held
-        step.preempted = [state.request.id for state in self.preempted]
+        if self.preempted:
+            step.preempted = [state.request.id for state in self.preempted]
         self.kv_counters.peak_blocks_in_use = max(
             self.kv_counters.peak_blocks_in_use, step.kv_blocks_in_use
         )
@@ -581,6 +583,8 @@ class CachingWorker(Worker):
         def taken(steps: int) -> int:  # the blocks steps 2 to ``steps`` take
             return sum(blocks_for(c + steps - 1) - blocks_for(c) for c in cached)
 
+        if taken(high) <= spare:  # the common case: the blocks last until a request completes
+            return high
         low = headroom  # taken(low) == 0 <= spare
         while low < high:
             middle = (low + high + 1) // 2
