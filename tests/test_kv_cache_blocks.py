@@ -4,7 +4,16 @@ registered again, duplicates mixed into a run) give what the rules say, block by
 
 from __future__ import annotations
 
-from servesim.kv_cache import PRIVATE, BlockCache, BlockIdentities, HeldBlocks, KvCacheCounters
+from servesim.kv_cache import (
+    PRIVATE,
+    BlockCache,
+    BlockIdentities,
+    HashPrefixes,
+    HeldBlocks,
+    KvCacheCounters,
+    block_identities,
+)
+from servesim.model import Request
 
 
 def cache(blocks: int) -> BlockCache:
@@ -171,3 +180,19 @@ def test_a_request_grows_its_own_group_over_steps_and_duplicates_stay_private() 
     c.take(d, 6)  # 4 free, then evicts 29 and 28: group 7 now misses from its block 0
     assert c.hit(q.identities, 4) == (0, 0)
     assert c.registry == {20: 1, 21: 1, 22: 1, 23: 1, 30: 0, 31: 0}
+
+
+def test_block_identities_are_r47_pairs_numbered() -> None:
+    # R47 with B = 4, H = 8 (k = 2): a prompt of 22 tokens has 5 full blocks; 2 hashes identify
+    # blocks 0 to 3. Equal pairs get equal identities: another request with the same first
+    # hash shares blocks 0 and 1 only.
+    prefixes = HashPrefixes()
+    first = block_identities(Request("a", 0, 22, 1, (7, 9)), 4, 8, prefixes)
+    second = block_identities(Request("b", 0, 30, 1, (7, 8, 5)), 4, 8, prefixes)
+    assert len(first) == 4
+    assert list(first) == [0, 1, 2, 3]  # prefixes [7] -> 0, [7, 9] -> 1; identity = 2 * n + r
+    # 7 full blocks, 6 identified: [7] -> 0 (shared), [7, 8] -> 2, [7, 8, 5] -> 3
+    assert list(second) == [0, 1, 4, 5, 6, 7]
+    assert first[1:3] == [1, 2]
+    assert first[-1] == 3
+    assert first == [0, 1, 2, 3]

@@ -96,6 +96,15 @@ class BlockIdentities(Sequence[Identity]):
         hashed, offset = divmod(index, self.per_hash)
         return self.numbers[hashed] * self.per_hash + offset
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to any list, tuple or ``BlockIdentities`` of the same identities."""
+        if isinstance(other, BlockIdentities | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
     def __repr__(self) -> str:
         return f"BlockIdentities({list(self)!r})"
 
