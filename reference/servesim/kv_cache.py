@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -541,7 +542,7 @@ class BlockCache:
         each with the next ``c`` release numbers."""
         self.free += held.count - held.registered_blocks
         holdings = [entry for entry in reversed(held.registered) if isinstance(entry, tuple)]
-        groups = [group for group, _ in holdings]
+        groups = list(map(operator.itemgetter(0), holdings))
         if (
             len(holdings) == len(held.registered)
             and self.group_shared.keys().isdisjoint(groups)
@@ -549,7 +550,8 @@ class BlockCache:
         ):
             first = self.next_release
             # each group's first release number; accumulate also yields the next one after all
-            numbers = itertools.accumulate((count for _, count in holdings), initial=first)
+            counts = map(operator.itemgetter(1), holdings)
+            numbers = itertools.accumulate(counts, initial=first)
             self.group_values.update(zip(groups, numbers, strict=False))
             self.next_release += held.registered_blocks
             self.cached_count += held.registered_blocks
