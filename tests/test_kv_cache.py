@@ -664,3 +664,66 @@ def test_tight_caches_keep_every_invariant(case: tuple[Scenario, Workload]) -> N
     assert _outcome(result) == _outcome(walked)
     assert _outcome(run(sc, wl, trace=False)) == _outcome(walked)
     assert expanded_trace(result.steps or []) == expanded_trace(walked.steps or [])
+
+
+def test_an_untraced_decode_run_evicts_cached_blocks_instead_of_stopping() -> None:
+    # B = H = 4, 4 blocks, whole prefill. A (t 0, prompt 8, 1 out, [1, 2]) fills and registers
+    # 2 blocks and completes in its first step: cached 2, free 2. B (t 5000, prompt 4, 12 out)
+    # takes 1 block for its prefill (free 1); its decode steps reach cached 5 (a second block,
+    # the free one), 9 (a third: evicts A's block 1) and 13 (a fourth: evicts A's block 0).
+    # Waiting is empty, so no eviction can admit anyone: B's 11 decode steps are one run
+    # (plan_step is called 3 times), with the same results as one step at a time.
+    sc = scenario(4)
+    wl = workload(("A", 0, 8, 1, [1, 2]), ("B", 5000, 4, 12))
+    plans = itertools.count()
+    plan = CachingWorker.plan_step
+
+    def counted_plan(self: CachingWorker, *args: Any) -> Any:
+        next(plans)
+        return plan(self, *args)
+
+    with mock.patch.object(CachingWorker, "plan_step", counted_plan):
+        result = run(sc, wl, trace=False)
+    assert next(plans) == 3
+    assert _outcome(result) == _outcome(_one_step_at_a_time(sc, wl, trace=False))
+    counters = cache_worker(result).kv_counters
+    assert counters is not None
+    assert (counters.evictions, counters.peak_blocks_in_use) == (2, 4)
+
+
+def test_a_decode_run_stops_before_an_eviction_that_could_admit_the_head() -> None:
+    # B = H = 4, 6 blocks, chunks of 4, budget 16. At t 0: P1 (prompt 4, 1 out, [1]), P2
+    # (prompt 8, 2 out, [1, 2]), R (prompt 4, 16 out).
+    # Step 1 [0, 1120] (P 12): P1 registers (0,[1]); P2's block 0 is a duplicate (R47). P1
+    #   completes: (0,[1]) cached as release 0. R has its first token. Held 2, free 3.
+    # Step 2 [1120, 2260] (D 1, P 4): R 5 tokens, 2 blocks; P2 fills and registers (1,[1,2]).
+    # Step 3 [2260, 3460] (D 2): P2 takes its 3rd block, the last free one, and completes:
+    #   (1,[1,2]) cached as 1, its blocks 2 and 0 free. R holds 2; cached 2, free 2.
+    # Steps 4.. [3460 + 1100 (s - 4)]: R alone, cached s + 3 in step s. Nobody waits, so its
+    #   run may take blocks. Hd (t 10500, prompt 12, 1 out, [1, 2]) cuts it at the end of
+    #   step 10, 11160: R has taken the 2 free blocks (steps 6, 10), 4 blocks; free 0.
+    # Step 11 [11160, 12260]: Hd hits both cached blocks (h = 2 <= 11 // 4), needs 1 more, and
+    #   none is free or evictable but its own: refused. It needs 1 <= free + cached = 2, so an
+    #   eviction could let it in: R's run takes no block (steps 11 to 13, cached 14 to 16).
+    # Step 14 [14460, 15600]: R's 17th cached token needs a 5th block: it evicts release 0,
+    #   (0,[1]). Hd's hit is now 0 blocks, and (1,[1,2]) is evictable for it: admitted with 4
+    #   tokens (P 4, D 1), evicting (1,[1,2]); it reuses nothing.
+    sc = scenario(6, chunk=4, max_batched_tokens=16)
+    wl = workload(
+        ("P1", 0, 4, 1, [1]), ("P2", 0, 8, 2, [1, 2]), ("R", 0, 4, 16), ("Hd", 10500, 12, 1, [1, 2])
+    )
+    for trace in (True, False):
+        result = run(sc, wl, trace=trace)
+        assert by_id(result)["Hd"].first_scheduled_us == 14460
+        assert by_id(result)["Hd"].reused_prompt_tokens == 0
+        assert cache_worker(result).cache.counters.evictions == 2
+        assert _outcome(result) == _outcome(_one_step_at_a_time(sc, wl, trace=trace))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_untraced_runs_with_tight_caches_are_the_steps_one_at_a_time(data: st.DataObject) -> None:
+    # untraced, a run takes blocks (free ones, or by evicting cached ones): never a preemption,
+    # an admission or an eviction that one step at a time would not make, in the same order
+    sc, wl = data.draw(tight_replays())
+    assert _outcome(run(sc, wl, trace=False)) == _outcome(_one_step_at_a_time(sc, wl, False))

@@ -1,23 +1,26 @@
 """A worker's KV cache: held, cached and free blocks, the prefix registry, eviction (SPEC.md §11).
 
-The cache counts blocks rather than naming each one, and handles them in runs. A block that is
-not registered (R47) has no identity and one holder, so it needs no name: a request's
-``HeldBlocks`` counts its blocks and lists only the identities of its registered ones, and the
-cache only counts how many are free. A registered block is named by its identity; ``entries``
-maps it to a value of at least ``HELD`` while requests hold it (``shared`` counts its holders
-beyond the first), or to its release number once nobody holds it (it is then *cached*).
+The cache counts blocks rather than naming each one. A block that is not registered (R47) has no
+identity and one holder, so it needs no name: a request's ``HeldBlocks`` counts its blocks and
+lists only its registered ones, and the cache only counts how many are free.
+
+The registry is keyed by *hashed block* (a *group*: the k = H / B engine blocks of one prefix
+hash, R47) rather than by engine block, since the requests of real traces fill, reuse and release
+whole groups: a 512-token Mooncake block is 8 engine blocks of 64, and per-block entries made
+the cache 8 times the work. A group is *whole* while its registered blocks are its blocks
+0 to c - 1 and they are alike: all held by the same requests (``group_shared`` counts the holders
+beyond the first), or all cached, released together (block r then has release number
+``value + c - 1 - r``: a request releases its blocks last first, R46). A group whose blocks
+come to differ (a request holding only some of them, or a block registered by another request
+than its neighbours) is *split*: its blocks get one entry each in ``block_values``, as every
+block had before, and it stays split.
 
 Eviction (R49) takes cached blocks in order of release number, so the evicted ones are exactly
 those whose release number is below a *frontier* that eviction moves up: evicting n blocks moves
 it past n release numbers still in use, skipping those of cached blocks reused since (held
 again; released again, such a block gets a new number). An evicted block's entry is simply left
-behind, below the frontier, and counts as absent; so eviction touches no block at all. (The
-entries left behind are at most one per identity the worker ever registered.)
-
-Every other operation works on whole lists of blocks with the interpreter's built-in bulk
-operations (``dict.update``, ``dict.fromkeys``, ``dict.setdefault`` over ``map``), falling back
-to a block at a time only where blocks differ (a shared block at release, a reused one at
-admission): the long prompts of real traces hold hundreds of blocks each.
+behind, below the frontier, and counts as absent, so eviction touches no block at all; a whole
+cached group whose last blocks are below the frontier has lost exactly those blocks.
 """
 
 from __future__ import annotations
@@ -27,27 +30,87 @@ import itertools
 import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from servesim.model import Request
 
 Identity = int
 """R47: a block's identity, R47's pair ``(j, the first floor(j / k) + 1 hashes)`` as one integer:
 ``prefix * k + j mod k``, where ``prefix`` is the interned number of those hashes
-(``HashPrefixes``). The prefix's length gives ``floor(j / k)``, so two identities are equal
-exactly when the pairs are; an integer keeps the registry free of millions of small objects."""
+(``HashPrefixes``), which is also the key of the block's group in the registry. The prefix's
+length gives ``floor(j / k)``, so two identities are equal exactly when the pairs are."""
+
+Group = int
+"""A hashed block's key in the registry: the interned number of its prefix of hashes."""
+
+GroupHolding = tuple[Group, int]
+"""``(group, c)``: a request holds its group's registered blocks 0 to c - 1."""
 
 PRIVATE = -1
 """A block that is not registered, in the view ``HeldBlocks`` gives of a request's blocks."""
 
 HELD = 1 << 62
-"""The least ``entries`` value of a registered block that one or more running requests hold:
-above every release number, so that a block is registered exactly when its value is at least
-the eviction frontier (``BlockCache``). ``BlockCache.register`` marks the blocks it registers
-with values above it, different in each call, to tell them from those already there."""
+"""The ``group_values`` or ``block_values`` value of registered blocks that one or more running
+requests hold: above every release number, so that a block is registered exactly when its value
+is at least the eviction frontier (``BlockCache``)."""
 
 ABSENT = -1
-"""The value ``BlockCache.entries`` stands for when an identity has no entry: below every
+"""The value ``BlockCache.block_values`` stands for when an identity has no entry: below every
 frontier."""
+
+SPLIT = -2
+"""The ``group_values`` value of a split group: its blocks are in ``block_values``."""
+
+
+class BlockIdentities(Sequence[Identity]):
+    """R47: the identities of a request's identified blocks 0, 1, ..., made on demand.
+
+    Block j is the (j mod k)-th engine block of hashed block ``j // k``, so its identity is
+    ``numbers[j // k] * k + j mod k``: the sequence keeps one prefix number per hashed block
+    (``numbers``), which is also all the cache reads.
+    """
+
+    __slots__ = ("numbers", "per_hash", "size")
+
+    def __init__(self, numbers: list[int], per_hash: int, size: int) -> None:
+        self.numbers = numbers
+        """The prefix number (group) of each hashed block the identified blocks lie in."""
+        self.per_hash = per_hash  # k
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    @overload
+    def __getitem__(self, index: int) -> Identity: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Identity]: ...
+
+    def __getitem__(self, index: int | slice) -> Identity | list[Identity]:
+        if isinstance(index, slice):
+            return [self[j] for j in range(*index.indices(self.size))]
+        if index < 0:
+            index += self.size
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        hashed, offset = divmod(index, self.per_hash)
+        return self.numbers[hashed] * self.per_hash + offset
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any list, tuple or ``BlockIdentities`` of the same identities."""
+        if isinstance(other, BlockIdentities | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"BlockIdentities({list(self)!r})"
+
+
+NO_IDENTITIES = BlockIdentities([], 1, 0)
 
 
 @dataclass(slots=True)
@@ -56,22 +119,31 @@ class HeldBlocks:
 
     Iterating gives, for each block j in order, its identity if it is registered as this
     request's block, ``PRIVATE`` if only this request holds it and nobody could reuse it (R47);
-    the cache itself reads only ``count`` and ``registered``.
+    the cache itself reads only ``count``, ``registered`` and ``registered_blocks``.
     """
 
     count: int = 0
     """R46: ``ceil(cached_tokens / B)``."""
-    registered: list[Identity] = field(default_factory=list)
-    """The identities of its registered blocks, in block order (its hits, then the blocks it
-    registered itself, R47, R48)."""
-    identities: Sequence[Identity] = ()
-    """The request's identified blocks' identities (R47), to place ``registered`` (the view)."""
+    registered: list[Identity | GroupHolding] = field(default_factory=list)
+    """Its registered blocks in block order (its hits, then the blocks it registered itself,
+    R47, R48): a whole group's as one ``GroupHolding``, a split group's one identity each."""
+    registered_blocks: int = 0
+    """How many blocks ``registered`` stands for."""
+    identities: BlockIdentities = NO_IDENTITIES
+    """The request's identified blocks' identities (R47)."""
 
     def __len__(self) -> int:
         return self.count
 
     def __iter__(self) -> Iterator[Identity]:
-        registered = set(self.registered)
+        per_hash = self.identities.per_hash
+        registered: set[Identity] = set()
+        for entry in self.registered:
+            if isinstance(entry, tuple):
+                group, count = entry
+                registered.update(range(group * per_hash, group * per_hash + count))
+            else:
+                registered.add(entry)
         identities = self.identities
         for j in range(self.count):
             identity = identities[j] if j < len(identities) else PRIVATE
@@ -88,6 +160,10 @@ class KvCacheCounters:
     evictions: int = 0
 
 
+HASH_LIMIT = 1 << 53
+"""R47: prefix hashes are below 2^53."""
+
+
 class HashPrefixes:
     """Interns lists of prefix hashes as a trie: equal lists get equal numbers (R47).
 
@@ -100,7 +176,9 @@ class HashPrefixes:
     __slots__ = ("_numbers",)
 
     def __init__(self) -> None:
-        self._numbers: dict[tuple[int, int], int] = {}
+        self._numbers: dict[int, int] = {}
+        """Each known prefix's number, keyed by its parent's number and its last hash as one
+        integer, ``(parent + 1) * HASH_LIMIT + hash`` (cheaper than a pair)."""
 
     def numbers(self, hashes: Sequence[int]) -> list[int]:
         """The number of each prefix ``hashes[: i + 1]``, in order."""
@@ -108,17 +186,15 @@ class HashPrefixes:
         parent = -1  # the empty prefix
         known = self._numbers
         for value in hashes:
-            key = (parent, value)
-            parent = known.get(key, -1)
-            if parent < 0:
-                parent = known[key] = len(known)
+            # a new prefix gets the next number, len(known) before it is entered
+            parent = known.setdefault((parent + 1) * HASH_LIMIT + value, len(known))
             numbers.append(parent)
         return numbers
 
 
 def block_identities(
     request: Request, block_tokens: int, hash_block_tokens: int, prefixes: HashPrefixes
-) -> list[Identity]:
+) -> BlockIdentities:
     """R47: the identities of the request's identified blocks 0, 1, ... (prefix caching on).
 
     Block j is identified when it is a full block inside the prompt and ``j < k * n``
@@ -128,54 +204,59 @@ def block_identities(
     hashes = request.prefix_hashes
     count = min(request.prompt_tokens // block_tokens, per_hash * len(hashes))
     if count == 0:
-        return []
-    numbers = prefixes.numbers(hashes[: (count - 1) // per_hash + 1])
-    # block j = i * k + r is the r-th engine block of hashed block i: a hashed block's k
-    # identities are the consecutive integers from its prefix number times k
-    starts = [number * per_hash for number in numbers]
-    ends = [start + per_hash for start in starts]
-    return list(itertools.chain.from_iterable(map(range, starts, ends)))[:count]
+        return BlockIdentities([], per_hash, 0)
+    return BlockIdentities(prefixes.numbers(hashes[: (count - 1) // per_hash + 1]), per_hash, count)
 
 
 class BlockCache:
     """One worker's cache of ``blocks`` blocks of ``block_tokens`` tokens (R45 to R49).
 
-    ``free`` counts free blocks and ``cached_count`` cached ones. ``entries`` maps identities
-    to a value of at least ``HELD`` (held) or a release number; an identity is registered
-    exactly when its value is at least ``frontier``, the smallest release number not yet
-    passed by eviction, and cached when it is registered and below ``HELD``. ``shared``
-    counts the holders beyond the first of the held blocks that have several; ``reused``
-    holds (as a heap) the release numbers at or above the frontier whose blocks were reused
-    since, which eviction skips; ``next_release`` is the next release number (R46). Every
-    other block is held. So held + cached + free = blocks at every instant (R45) by
-    construction.
+    ``free`` counts free blocks and ``cached_count`` cached ones. The registry is
+    ``group_values`` (with ``group_counts`` and ``group_shared``) for whole groups and
+    ``block_values`` (with ``block_shared``) for the blocks of split groups, each value at
+    least ``HELD`` (held) or a release number (cached); a block is registered exactly when its
+    value is at least ``frontier``, the smallest release number not yet passed by eviction.
+    ``reused`` holds (as a heap) the runs ``(first, count)`` of release numbers at or above
+    the frontier whose blocks were reused since, which eviction skips; ``next_release`` is the
+    next release number (R46). Every other block is held. So held + cached + free = blocks at
+    every instant (R45) by construction.
     """
 
     __slots__ = (
+        "block_shared",
         "block_tokens",
+        "block_values",
         "blocks",
         "cached_count",
         "counters",
-        "entries",
         "free",
         "frontier",
-        "marks",
+        "group_counts",
+        "group_shared",
+        "group_values",
         "next_release",
+        "per_hash",
         "reused",
-        "shared",
     )
 
-    def __init__(self, blocks: int, block_tokens: int, counters: KvCacheCounters) -> None:
+    def __init__(
+        self, blocks: int, block_tokens: int, counters: KvCacheCounters, per_hash: int = 1
+    ) -> None:
         self.blocks = blocks
         self.block_tokens = block_tokens
+        self.per_hash = per_hash  # k, the engine blocks of a group
         self.free = blocks  # R45: initially every block is free
         self.cached_count = 0
-        self.entries: dict[Identity, int] = {}
-        self.shared: dict[Identity, int] = {}
+        self.group_values: dict[Group, int] = {}
+        self.group_counts: dict[Group, int] = {}
+        """A whole group's c when it is less than k (``count``): its registered blocks are 0 to
+        c - 1 (less evicted ones). Most groups are full, so most have no entry here."""
+        self.group_shared: dict[Group, int] = {}
+        self.block_values: dict[Identity, int] = {}
+        self.block_shared: dict[Identity, int] = {}
         self.frontier = 0
-        self.reused: list[int] = []
+        self.reused: list[tuple[int, int]] = []
         self.next_release = 0
-        self.marks = itertools.count(HELD + 1)  # register's, one per call
         self.counters = counters
 
     @property
@@ -183,28 +264,52 @@ class BlockCache:
         """R45: the blocks one or more running requests hold."""
         return self.blocks - self.free - self.cached_count
 
+    def value(self, identity: Identity) -> int:
+        """The block's ``HELD`` or release number if it is registered, else ``ABSENT``."""
+        group, offset = divmod(identity, self.per_hash)
+        value = self.group_values.get(group)
+        if value is None:
+            return ABSENT
+        if value == SPLIT:
+            value = self.block_values.get(identity, ABSENT)
+        elif offset >= self.count(group):
+            return ABSENT
+        elif value < HELD:
+            value += self.count(group) - 1 - offset  # released last block first
+        return value if value >= self.frontier else ABSENT
+
+    def holders(self, identity: Identity) -> int:
+        """How many running requests hold the registered block ``identity``."""
+        group = identity // self.per_hash
+        if self.group_values[group] == SPLIT:
+            return 1 + self.block_shared.get(identity, 0)
+        return 1 + self.group_shared.get(group, 0)
+
+    def identities(self) -> Iterator[Identity]:
+        """Every identity with an entry, registered or not."""
+        per_hash = self.per_hash
+        for group, value in self.group_values.items():
+            if value != SPLIT:
+                yield from range(group * per_hash, group * per_hash + self.count(group))
+        yield from self.block_values
+
     @property
     def registry(self) -> dict[Identity, int]:
         """R47: each registered block's identity and its number of holders (0 when cached); a
         view built on demand, for checks."""
-        shared, frontier = self.shared, self.frontier
+        values = {identity: self.value(identity) for identity in self.identities()}
         return {
-            identity: 1 + shared.get(identity, 0) if value >= HELD else 0
-            for identity, value in self.entries.items()
-            if value >= frontier
+            identity: self.holders(identity) if value >= HELD else 0
+            for identity, value in values.items()
+            if value != ABSENT
         }
 
     @property
     def cached(self) -> dict[Identity, int]:
         """R49: each cached block's identity and release number, oldest first; a view built on
         demand, for checks."""
-        frontier = self.frontier
-        cached = [
-            (number, identity)
-            for identity, number in self.entries.items()
-            if frontier <= number < HELD
-        ]
-        return {identity: number for number, identity in sorted(cached)}
+        cached = [(self.value(identity), identity) for identity in self.identities()]
+        return {identity: number for number, identity in sorted(cached) if 0 <= number < HELD}
 
     def obtainable(self) -> int:
         """R49: how many blocks a running request could take now (free, then by eviction)."""
@@ -226,102 +331,263 @@ class BlockCache:
 
     def evict(self, count: int) -> None:
         """R49: the ``count`` least recently released cached blocks leave the registry: the
-        frontier moves past ``count`` release numbers of cached blocks, and past the numbers
-        of reused blocks it meets on the way."""
+        frontier moves past ``count`` release numbers of cached blocks, and past the runs of
+        numbers of reused blocks it meets on the way (a run is skipped whole: its numbers are
+        consecutive, so all of them lie below the frontier moved past it)."""
         reused = self.reused
         end = self.frontier + count
-        while reused and reused[0] < end:
-            heapq.heappop(reused)
-            end += 1
+        while reused and reused[0][0] < end:
+            end += heapq.heappop(reused)[1]
         self.frontier = end
         self.cached_count -= count
         self.counters.evictions += count
 
+    def count(self, group: Group) -> int:
+        """A whole group's c: its blocks 0 to c - 1 are registered, unless evicted."""
+        return self.group_counts.get(group, self.per_hash)
+
+    def set_count(self, group: Group, count: int) -> None:
+        """Make a whole group's c ``count``."""
+        if count == self.per_hash:
+            self.group_counts.pop(group, None)
+        else:
+            self.group_counts[group] = count
+
+    def _live(self, group: Group) -> int:
+        """How many of a whole group's blocks 0, 1, ... are registered (not evicted)."""
+        value, count = self.group_values[group], self.count(group)
+        if value >= HELD:
+            return count
+        return max(0, min(count, value + count - self.frontier))
+
     def hits(self, identities: Sequence[Identity], most: int) -> list[Identity]:
         """R48: the request's blocks 0, 1, ... that are registered, as far as they all are,
         and at most ``most`` of them."""
-        get, frontier = self.entries.get, self.frontier
         hits: list[Identity] = []
         for identity in itertools.islice(identities, most):
-            if get(identity, ABSENT) < frontier:
+            if self.value(identity) == ABSENT:
                 break
             hits.append(identity)
         return hits
 
-    def registered_prefix(self, identities: Sequence[Identity]) -> int:
-        """R54's ``cached(w, r)``: how many of the request's blocks 0, 1, ... are registered,
-        as far as they all are; ``len(hits(identities, len(identities)))`` without the list.
-        A state-aware router asks it of every worker for every request, so the walk runs in
-        the interpreter's built-in iterators, stopping at the first unregistered block."""
-        values = map(self.entries.get, identities, itertools.repeat(ABSENT))
-        return len(list(itertools.takewhile(self.frontier.__le__, values)))
+    def hit(self, identities: BlockIdentities, most: int) -> tuple[int, int]:
+        """R48: ``len(hits(identities, most))`` and how many of those blocks are cached (held by
+        nobody), a group at a time."""
+        most = min(most, identities.size)
+        per_hash = self.per_hash
+        found = cached = 0
+        for group in identities.numbers:
+            wanted = min(per_hash, most - found)
+            if wanted <= 0:
+                break
+            value = self.group_values.get(group)
+            if value is None:
+                break
+            if value == SPLIT:
+                first = group * per_hash
+                got = 0
+                while got < wanted:
+                    block = self.value(first + got)
+                    if block == ABSENT:
+                        break
+                    cached += block < HELD
+                    got += 1
+            else:
+                got = min(self._live(group), wanted)
+                if value < HELD:
+                    cached += got
+            found += got
+            if got < wanted:
+                break
+        return found, cached
 
     def cached_among(self, hits: list[Identity]) -> int:
         """How many of a request's hit blocks are cached (held by nobody)."""
-        return sum(map(HELD.__gt__, map(self.entries.__getitem__, hits)))
+        return sum(1 for identity in hits if self.value(identity) < HELD)
 
-    def hold(self, held: HeldBlocks, hits: list[Identity]) -> None:
-        """R48: a request admitted with a hit becomes a holder of its hit blocks; a cached one
-        becomes held and loses its release number (which eviction will skip)."""
-        entries, shared = self.entries, self.shared
-        values = list(map(entries.__getitem__, hits))
-        for identity, value in zip(hits, values, strict=True):
+    def _split(self, group: Group) -> None:
+        """A whole group's blocks get one entry each (those not evicted), as they may now
+        differ."""
+        value, count = self.group_values[group], self.group_counts.pop(group, self.per_hash)
+        first = group * self.per_hash
+        if value >= HELD:
+            others = self.group_shared.pop(group, 0)
+            for identity in range(first, first + count):
+                self.block_values[identity] = HELD
+                if others:
+                    self.block_shared[identity] = others
+        else:
+            for offset in range(count):
+                number = value + count - 1 - offset
+                if number >= self.frontier:
+                    self.block_values[first + offset] = number
+        self.group_values[group] = SPLIT
+
+    def hold(self, held: HeldBlocks, hit: int) -> None:
+        """R48: a request admitted with a hit of ``hit`` blocks becomes a holder of them; a
+        cached one becomes held and loses its release number (which eviction will skip)."""
+        per_hash = self.per_hash
+        numbers = held.identities.numbers
+        for index in range(-(-hit // per_hash)):
+            group = numbers[index]
+            wanted = min(per_hash, hit - index * per_hash)
+            value = self.group_values[group]
+            if value != SPLIT:
+                count = self.count(group)
+                if value >= HELD and wanted == count:  # a whole held group gains a holder
+                    self.group_shared[group] = self.group_shared.get(group, 0) + 1
+                    held.registered.append((group, count))
+                    continue
+                live = self._live(group)
+                if value < HELD and wanted == live:  # a whole cached group becomes held
+                    heapq.heappush(self.reused, (value + count - live, live))
+                    self.cached_count -= live
+                    self.group_values[group] = HELD
+                    self.set_count(group, live)
+                    held.registered.append((group, live))
+                    continue
+                self._split(group)  # it holds only some of them
+            self._hold_blocks(held, range(group * per_hash, group * per_hash + wanted))
+        held.count += hit
+        held.registered_blocks += hit
+
+    def _hold_blocks(self, held: HeldBlocks, identities: range) -> None:
+        """``hold`` for blocks of a split group, one at a time."""
+        values, shared = self.block_values, self.block_shared
+        for identity in identities:
+            value = values[identity]
             if value >= HELD:  # a block with holders gains one
                 shared[identity] = shared.get(identity, 0) + 1
             else:
-                heapq.heappush(self.reused, value)
+                heapq.heappush(self.reused, (value, 1))
                 self.cached_count -= 1
-        entries.update(dict.fromkeys(hits, HELD))
-        held.registered.extend(hits)
-        held.count += len(hits)
+                values[identity] = HELD
+            held.registered.append(identity)
 
-    def register(
-        self, held: HeldBlocks, identities: Sequence[Identity], before: int, after: int
-    ) -> None:
+    def register(self, held: HeldBlocks, before: int, after: int) -> None:
         """R47: at the end of a step, register the identified blocks the request filled in it
         (its cached tokens went from ``before`` to ``after``), unless their identity already
         has a block: such a duplicate stays unregistered (private).
 
-        One pass of ``setdefault`` enters every identity that has no entry, with a mark new
-        to this call; when each one was new (the entries grew by all of them) that is all.
+        A request fills its blocks in order: the rest of a group it began in an earlier step,
+        then groups from their block 0. In the common case none of the latter has an entry,
+        and they are all entered at once, each whole and held by this request.
         """
-        entries, frontier = self.entries, self.frontier
-        first = before // self.block_tokens
-        last = min(after // self.block_tokens, len(identities))  # identified blocks only
-        filled = identities[first:last]
-        mark = next(self.marks)
-        size = len(entries)
-        values = list(map(entries.setdefault, filled, itertools.repeat(mark)))
-        if len(entries) - size == len(filled):  # no identity had an entry: all registered
-            held.registered.extend(filled)
+        per_hash = self.per_hash
+        block = before // self.block_tokens
+        last = min(after // self.block_tokens, held.identities.size)  # identified blocks only
+        if block >= last:
             return
-        # an entry below the frontier is an evicted block's: that identity has no block now
-        evicted = list(map(frontier.__gt__, values))
-        entries.update(dict.fromkeys(itertools.compress(filled, evicted), mark))
-        mine = map(operator.or_, evicted, map(mark.__eq__, values))  # else a duplicate
-        held.registered.extend(itertools.compress(filled, mine))
+        index, start = divmod(block, per_hash)
+        if start:
+            self._register_group(held, index, start, min(per_hash, last - index * per_hash))
+            index += 1
+        stop = -(-last // per_hash)  # past the last group it filled blocks of
+        groups = held.identities.numbers[index:stop]
+        if not groups:
+            return
+        if self.group_values.keys().isdisjoint(groups):
+            counts = [per_hash] * len(groups)
+            counts[-1] = last - (stop - 1) * per_hash
+            self.group_values.update(dict.fromkeys(groups, HELD))
+            self.set_count(groups[-1], counts[-1])  # the others are full
+            held.registered.extend(zip(groups, counts, strict=True))
+            held.registered_blocks += last - index * per_hash
+            return
+        for group_index in range(index, stop):
+            self._register_group(held, group_index, 0, min(per_hash, last - group_index * per_hash))
+
+    def _register_group(self, held: HeldBlocks, index: int, start: int, end: int) -> None:
+        """``register`` for the request's filled blocks ``start`` to ``end - 1`` of its hashed
+        block ``index``: a group with no registered block that it fills from its block 0, or a
+        whole group it alone holds up to ``start``, stays whole; any other group is split and
+        its blocks are registered one by one."""
+        group = held.identities.numbers[index]
+        registered = held.registered
+        value = self.group_values.get(group)
+        if value is None or (value != SPLIT and self._live(group) == 0):
+            if start == 0:  # a new whole group, held by this request
+                self.group_values[group] = HELD
+                self.set_count(group, end)
+                registered.append((group, end))
+                held.registered_blocks += end
+                return
+            self.group_counts.pop(group, None)
+            self.group_values[group] = SPLIT
+        elif value != SPLIT:
+            if registered and registered[-1] == (group, start) and group not in self.group_shared:
+                self.set_count(group, end)  # its own whole group grows
+                registered[-1] = (group, end)
+                held.registered_blocks += end - start
+                return
+            self._split(group)
+        first = group * self.per_hash
+        self._register_blocks(held, range(first + start, first + end))
+
+    def _register_blocks(self, held: HeldBlocks, identities: range) -> None:
+        """``register`` for blocks of a split group, one at a time."""
+        values, frontier = self.block_values, self.frontier
+        for identity in identities:
+            if values.get(identity, ABSENT) < frontier:  # none, or evicted: registered now
+                values[identity] = HELD
+                held.registered.append(identity)
+                held.registered_blocks += 1
 
     def release(self, held: HeldBlocks) -> None:
         """R46: a request releases all its blocks, from its last to its first. A block left
         without holders becomes cached, with the next release number, if it is registered, and
-        free otherwise."""
-        registered, shared = held.registered, self.shared
-        self.free += held.count - len(registered)
-        if shared and not shared.keys().isdisjoint(registered):
-            cached = []  # the blocks it held alone, from its last to its first
-            for identity in reversed(registered):
-                others = shared.get(identity)
-                if others is None:
-                    cached.append(identity)
-                elif others == 1:
-                    del shared[identity]
-                else:
-                    shared[identity] = others - 1
-        else:  # the common case, each block held by this request alone: all cached, in order
-            cached = registered[::-1]
-        first = self.next_release
-        self.next_release += len(cached)
-        self.entries.update(zip(cached, range(first, self.next_release), strict=True))
-        self.cached_count += len(cached)
+        free otherwise.
+
+        In the common case it holds whole groups only, and alone: they are all cached at once,
+        each with the next ``c`` release numbers."""
+        self.free += held.count - held.registered_blocks
+        holdings = [entry for entry in reversed(held.registered) if isinstance(entry, tuple)]
+        groups = list(map(operator.itemgetter(0), holdings))
+        if (
+            len(holdings) == len(held.registered)
+            and self.group_shared.keys().isdisjoint(groups)
+            and SPLIT not in map(self.group_values.__getitem__, groups)
+        ):
+            first = self.next_release
+            # each group's first release number; accumulate also yields the next one after all
+            counts = map(operator.itemgetter(1), holdings)
+            numbers = itertools.accumulate(counts, initial=first)
+            self.group_values.update(zip(groups, numbers, strict=False))
+            self.next_release += held.registered_blocks
+            self.cached_count += held.registered_blocks
+        else:
+            for entry in reversed(held.registered):
+                self._release_entry(entry)
         held.count = 0
         held.registered = []
+        held.registered_blocks = 0
+
+    def _release_entry(self, entry: Identity | GroupHolding) -> None:
+        """``release`` for one entry of ``HeldBlocks.registered``, its blocks last first."""
+        if isinstance(entry, tuple):
+            group, count = entry
+            if self.group_values[group] != SPLIT:
+                others = self.group_shared.get(group)
+                if others is None:  # the last holder: cached, last block first
+                    self.group_values[group] = self.next_release
+                    self.next_release += count
+                    self.cached_count += count
+                elif others == 1:
+                    del self.group_shared[group]
+                else:
+                    self.group_shared[group] = others - 1
+                return
+            first = group * self.per_hash
+            identities: Sequence[Identity] = range(first + count - 1, first - 1, -1)
+        else:
+            identities = (entry,)
+        for identity in identities:
+            others = self.block_shared.get(identity)
+            if others is None:
+                self.block_values[identity] = self.next_release
+                self.next_release += 1
+                self.cached_count += 1
+            elif others == 1:
+                del self.block_shared[identity]
+            else:
+                self.block_shared[identity] = others - 1

@@ -150,10 +150,13 @@ def simulate(
     else:  # section 11: each worker has its own cache; hash prefixes are one naming
         prefixes = HashPrefixes()
         hash_block_tokens = workload.prefix_hash_block_tokens
-        workers = [
+        caching = [
             CachingWorker(index, kv_cache, hash_block_tokens, prefixes, first_blocks)
             for index in range(scenario.workers)
         ]
+        for cache_worker in caching:  # a state-aware router may read one mid-run: no run evicts
+            cache_worker.registry_watched = state_aware
+        workers = list(caching)
     states = [RequestState(request, position) for position, request in enumerate(workload.requests)]
     arrivals = iter(arrival_order(workload))
     steps: list[Step] | None = [] if record_trace else None

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from servesim.kv_cache import (
+    NO_IDENTITIES,
     BlockCache,
+    BlockIdentities,
     HashPrefixes,
     HeldBlocks,
     Identity,
@@ -54,7 +56,7 @@ class RequestState:
     """R46: the tokens whose keys and values it has in the cache (with a cache only)."""
     blocks: HeldBlocks = field(default_factory=HeldBlocks)
     """R46: the blocks it holds while running, ``ceil(cached_tokens / B)`` of them."""
-    identities: list[Identity] | None = None
+    identities: BlockIdentities | None = None
     """R47: its identified blocks' identities, found when first needed with a cache (at its
     routing by a state-aware policy, R54, or else at its first admission)."""
     cached_blocks_at_routing: int | None = None
@@ -456,7 +458,15 @@ class CachingWorker(Worker):
     A subclass, so that a worker without a cache runs exactly the code of sections 2 to 7.
     """
 
-    __slots__ = ("cache", "first_blocks", "hash_block_tokens", "preempted", "prefixes")
+    __slots__ = (
+        "cache",
+        "first_blocks",
+        "hash_block_tokens",
+        "preempted",
+        "prefixes",
+        "refused_blocks",
+        "registry_watched",
+    )
 
     def __init__(
         self,
@@ -470,17 +480,26 @@ class CachingWorker(Worker):
         self.first_blocks = FirstBlocks() if first_blocks is None else first_blocks
         """R54: the fleet's index of where each first block was registered (shared)."""
         self.kv_counters = KvCacheCounters()
-        self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.kv_counters)
         # R47: with prefix caching off (or no hashes at all) no block is identified
         self.hash_block_tokens = hash_block_tokens if kv_cache.prefix_caching else None
+        per_hash = (hash_block_tokens or kv_cache.block_tokens) // kv_cache.block_tokens
+        self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.kv_counters, per_hash)
         self.prefixes = prefixes
         self.preempted: list[RequestState] = []
         """R49: the victims of the step formed last, in the order they were preempted."""
+        self.refused_blocks = 0
+        """The blocks the head of the queue needed when the step formed last refused it for
+        want of blocks (R50 step 3); 0 when admission stopped for another reason. Read by
+        ``run_limit``."""
+        self.registry_watched = False
+        """Whether a state-aware router reads this worker's registry (R54, prefix caching on):
+        then a decode run must not evict, for the router may read it mid-run
+        (``run_keeps_router_view``)."""
 
-    def identities(self, state: RequestState) -> list[Identity]:
+    def identities(self, state: RequestState) -> BlockIdentities:
         """R47: the request's identified blocks, found once."""
         if state.identities is None:
-            state.identities = []
+            state.identities = NO_IDENTITIES
             if self.hash_block_tokens is not None and state.request.prefix_hashes:
                 state.identities = block_identities(
                     state.request, self.cache.block_tokens, self.hash_block_tokens, self.prefixes
@@ -496,7 +515,7 @@ class CachingWorker(Worker):
         identified and registered here, as far as they all are. Its identities are its full
         prompt blocks only, so that is at most ``floor(prompt_tokens / B)`` (not R48's cap)."""
         identities = self.identities(state)
-        return len(self.cache.hits(identities, len(identities)))
+        return self.cache.hit(identities, len(identities))[0]
 
     def plan_step(
         self, limits: SchedulerLimits, now_us: int
@@ -504,6 +523,7 @@ class CachingWorker(Worker):
         """R50: R17 to R19, each request taking the blocks its step needs (R46), preempting
         when they are not there (R49); a step that preempted admits nobody."""
         self.preempted = []
+        self.refused_blocks = 0
         served: set[RequestState] = set()  # R49: given a decode token or an allotment
         running = list(self.running)  # the running order before anyone is preempted
         # 1. R17: each Decode request needs the blocks for one more cached token. A request
@@ -534,12 +554,13 @@ class CachingWorker(Worker):
         they need, preempting until it can (or until it is itself the victim: False)."""
         cache = self.cache
         needed = cache.blocks_for(state.cached_tokens + tokens) - state.blocks.count
-        while needed > cache.obtainable():
-            victim = self._victim(state, served)
-            self._preempt(victim)
-            if victim is state:
-                return False
-        cache.take(state.blocks, needed)
+        if needed:  # most decode steps stay inside the request's last block
+            while needed > cache.obtainable():
+                victim = self._victim(state, served)
+                self._preempt(victim)
+                if victim is state:
+                    return False
+            cache.take(state.blocks, needed)
         state.cached_tokens += tokens
         served.add(state)
         return True
@@ -583,16 +604,18 @@ class CachingWorker(Worker):
         while self.waiting and budget > 0 and len(self.running) < limits.max_num_seqs:
             head = self.waiting[0]
             target = head.request.prompt_tokens + len(head.token_times_us)  # R48's L
-            hits = cache.hits(self.identities(head), (target - 1) // block_tokens)
-            reused = len(hits) * block_tokens
+            identities = self.identities(head)
+            hit, cached_hits = cache.hit(identities, (target - 1) // block_tokens)
+            reused = hit * block_tokens
             tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
-            needed = cache.blocks_for(reused + tokens) - len(hits)
-            evictable = cache.cached_count - cache.cached_among(hits)
+            needed = cache.blocks_for(reused + tokens) - hit
+            evictable = cache.cached_count - cached_hits
             if tokens == 0 or needed > cache.free + evictable:
+                self.refused_blocks = needed if tokens else 0
                 break
             self.waiting.popleft()
-            head.blocks.identities = head.identities or ()
-            cache.hold(head.blocks, hits)  # first, so that no eviction takes a hit block
+            head.blocks.identities = identities
+            cache.hold(head.blocks, hit)  # first, so that no eviction takes a hit block
             cache.take(head.blocks, needed)
             head.prefill_target = target
             head.prefilled = reused
@@ -609,7 +632,8 @@ class CachingWorker(Worker):
         """R52: the step's blocks in use once formed, and its victims."""
         assert self.kv_counters is not None
         step.kv_blocks_in_use = self.cache.held
-        step.preempted = [state.request.id for state in self.preempted]
+        if self.preempted:
+            step.preempted = [state.request.id for state in self.preempted]
         self.kv_counters.peak_blocks_in_use = max(
             self.kv_counters.peak_blocks_in_use, step.kv_blocks_in_use
         )
@@ -637,18 +661,27 @@ class CachingWorker(Worker):
 
         The first step took its blocks when formed. Each later step of the run gives every
         decoding request one more cached token, so a request crossing into a new block takes
-        one. While free blocks cover them nothing is evicted or preempted, the registry does
-        not change (output tokens are never identified, R47) and admission, blocked in the
-        first step, stays blocked (free blocks only shrink). So the run may go on while the
-        blocks its later steps take are at most the free blocks. A traced run writes one
-        ``kv_blocks_in_use`` for all its steps (R30), so there it takes none.
+        one, a free one or else by evicting a cached one (R49). While the blocks the later
+        steps take are at most ``free + cached`` at the start, nobody is preempted (nothing is
+        released in the run, so what a request can get only shrinks by what is taken), the
+        registry only loses evicted blocks (output tokens are never identified, R47), and the
+        evictions are the same taken one step at a time as all at once (the least recently
+        released first). Admission, blocked in the first step, stays blocked
+        (``_eviction_keeps_admission_blocked``); where that is not certain the run takes only
+        free blocks, which evict nothing. A traced run writes one ``kv_blocks_in_use`` for all
+        its steps (R30), so there it takes none.
         """
         if step.prefill or self.preempted or not step.decode:
             return 1
-        spare = 0 if traced else self.cache.free
+        cache = self.cache
+        spare = 0
+        if not traced:
+            spare = cache.free
+            if not self.registry_watched and self._eviction_keeps_admission_blocked():
+                spare += cache.cached_count
         cached = [state.cached_tokens for state in step.decode]
-        blocks_for = self.cache.blocks_for
-        block_tokens = self.cache.block_tokens
+        blocks_for = cache.blocks_for
+        block_tokens = cache.block_tokens
         # the steps before any request's cached tokens outgrow its blocks: none is taken
         headroom = min(-tokens % block_tokens for tokens in cached) + 1
         high = _steps_to_first_completion(step)
@@ -658,6 +691,8 @@ class CachingWorker(Worker):
         def taken(steps: int) -> int:  # the blocks steps 2 to ``steps`` take
             return sum(blocks_for(c + steps - 1) - blocks_for(c) for c in cached)
 
+        if taken(high) <= spare:  # the common case: the blocks last until a request completes
+            return high
         low = headroom  # taken(low) == 0 <= spare
         while low < high:
             middle = (low + high + 1) // 2
@@ -667,16 +702,31 @@ class CachingWorker(Worker):
                 high = middle - 1
         return low
 
+    def _eviction_keeps_admission_blocked(self) -> bool:
+        """Whether no eviction in a decode-only run can let the head of the queue in.
+
+        Admission stopped in the run's first step (R50 step 3). If it stopped for no queue,
+        no budget, ``max_num_seqs`` or an allotment of 0, eviction changes none of these (an
+        evicted hit block only leaves the head more to compute). If it stopped for want of
+        blocks, the head needed n > free + cached blocks less its own cached hit blocks. An
+        eviction can shorten its hit, and then those of its hit blocks past the new end count
+        as evictable for it; but a shorter hit never needs fewer new blocks (its allotment only
+        grows), and free + cached only shrinks in the run. So it stays out for certain when
+        n > free + cached already.
+        """
+        refused = self.refused_blocks
+        return refused == 0 or refused > self.cache.free + self.cache.cached_count
+
     def complete_step(self, step: Step) -> list[RequestState]:
         """R51: R20, then the step's registrations (R47), then the completed requests'
         releases (R46), each in running order."""
         cache = self.cache
         assert self.kv_counters is not None
-        if step.repeat > 1:  # the later steps of a run take their blocks (free ones, run_limit)
+        if step.repeat > 1:  # the later steps of a run take their blocks (run_limit)
             for state in step.decode:
                 cached = state.cached_tokens + step.repeat - 1
                 needed = cache.blocks_for(cached) - state.blocks.count
-                assert needed <= cache.free, "run_limit: a run takes only free blocks"
+                assert needed <= cache.obtainable(), "run_limit: a run preempts nobody"
                 cache.take(state.blocks, needed)
                 state.cached_tokens = cached
             self.kv_counters.peak_blocks_in_use = max(
@@ -684,12 +734,11 @@ class CachingWorker(Worker):
             )
         finished = super().complete_step(step)
         for state, tokens in step.prefill:  # in running order: R18's, then R19's
-            identities = state.identities
-            if identities:
+            if state.identities:
                 cached = state.cached_tokens
-                cache.register(state.blocks, identities, cached - tokens, cached)
+                cache.register(state.blocks, cached - tokens, cached)
                 if cached - tokens < cache.block_tokens <= cached:  # it filled its block 0
-                    self.first_blocks.filled(identities[0], self.index)
+                    self.first_blocks.filled(state.identities[0], self.index)
         for state in finished:
             cache.release(state.blocks)
         return finished
