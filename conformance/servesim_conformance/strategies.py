@@ -399,7 +399,7 @@ def routed_input_triples(
     ``kv_input_triples``' caches and workloads (tiny blocks, hashes from a shared pool of
     prefixes, caches from just enough to roomy, so evictions and preemptions happen), on 1 to 5
     workers, so that a cache-aware router has cached prefixes on some workers and not others to
-    weigh against their load (R56). Arrivals are sometimes spread 5 or 20 times wider, so that
+    weigh against their load (R56). Arrivals are sometimes spread 10 or 100 times wider, so that
     blocks are registered between them. Prefix caching is on whenever the policy is
     ``cache_aware`` (R56); otherwise one time in four it is off, and one time in six there is no
     cache at all (``least_loaded`` needs none, R55): then ``cached_blocks_at_routing`` is null
@@ -408,7 +408,7 @@ def routed_input_triples(
     scenario, workload, timing = draw(
         kv_input_triples(max_workers=max_workers, max_requests=max_requests)
     )
-    spread = draw(st.sampled_from((1, 5, 20)))
+    spread = draw(st.sampled_from((1, 10, 100)))
     workload = {
         **workload,
         "requests": [
