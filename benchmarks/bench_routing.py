@@ -193,17 +193,18 @@ def figures_of(label: str, runs: Sequence[dict[str, Any]]) -> RouterFigures:
 def router_line(figures: RouterFigures, base: RouterFigures, top: Ceiling) -> str:
     """One row of the table."""
     of_ceiling = figures.reuse / top.ratio if top.ratio else 0.0
+    runs = f"{figures.runs} run{'s' if figures.runs > 1 else ''}"
     return (
-        f"{figures.label:<24} {figures.reuse:7.4f} {of_ceiling:7.1%} "
-        f"{figures.ttft_p50_us / 1e3:10,.1f} {figures.ttft_p99_us / 1e3:10,.1f} "
-        f"{figures.spread:7.3f}x {figures.wall_s:7.2f} s {figures.cpu_s:7.2f} s "
-        f"{figures.cpu_s / base.cpu_s:6.2f}x ({figures.runs} run{'s' if figures.runs > 1 else ''})"
+        f"{figures.label:<20} {figures.reuse:6.4f} {of_ceiling:7.1%} "
+        f"{figures.ttft_p50_us / 1e3:9,.1f} {figures.ttft_p99_us / 1e3:9,.1f} "
+        f"{figures.spread:6.3f}x {figures.wall_s:6.2f} s {figures.cpu_s:6.2f} s "
+        f"{figures.wall_s / base.wall_s:6.2f}x {figures.cpu_s / base.cpu_s:6.2f}x  {runs}"
     )
 
 
 HEADER = (
-    f"{'router':<24} {'reuse':>7} {'of ceil':>7} {'TTFT p50':>10} {'TTFT p99':>10} "
-    f"{'busy max/mean':>8} {'wall':>9} {'CPU':>9} {'wall/rr':>7} {'CPU/rr':>7}"
+    f"{'router':<20} {'reuse':>6} {'ceiling':>7} {'TTFT p50':>9} {'TTFT p99':>9} "
+    f"{'busiest':>7} {'wall':>8} {'CPU':>8} {'wall/rr':>7} {'CPU/rr':>7}"
 )
 
 
@@ -266,7 +267,11 @@ def routing_section(workload: dict[str, Any], scenario: dict[str, Any], replay: 
         f"CEILING (one shared infinite cache, from the trace alone): reuse {top.ratio:.4f} "
         f"({top.reused_tokens:,} of {top.prompt_tokens:,} prompt tokens, {top.requests:,} requests)"
     )
-    print("(prefill_weight, load_weight); TTFT in ms; busy: the workers' busy_us")
+    print(
+        "(prefill_weight, load_weight); reuse: summary.kv_cache.prefix_reuse_ratio, and its "
+        "share of the ceiling; TTFT in ms; busiest: the largest worker busy_us over the mean; "
+        "times: medians"
+    )
     print(HEADER)
     runs: dict[str, list[dict[str, Any]]] = {}
     results: dict[str, RouterFigures] = {}
