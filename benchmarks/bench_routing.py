@@ -32,8 +32,8 @@ ENGINE_BLOCK_TOKENS = 64
 REPEATS = 3
 
 #: Cache-aware weight pairs ``(prefill_weight, load_weight)`` (R56) besides the default (1, 1):
-#: the cached prefix worth more against the load, in steps of 4.
-WEIGHT_PAIRS: tuple[tuple[int, int], ...] = ((4, 1), (16, 1))
+#: the load weighed 4 times more, and the cached prefix 4 and 16 times more.
+WEIGHT_PAIRS: tuple[tuple[int, int], ...] = ((1, 4), (4, 1), (16, 1))
 
 #: The three routers of the README's table, each timed ``REPEATS`` times.
 MAIN = ("round_robin", "least_loaded", "cache_aware (1, 1)")
