@@ -21,6 +21,7 @@ __all__ = [
     "REPO",
     "as_report_1_0",
     "as_report_2_0",
+    "as_report_3_0",
     "load_module",
     "replay_args",
     "run_servesim",
@@ -124,10 +125,21 @@ def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def as_report_2_0(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report 2.0 writer writes for the same replay (no cache): the 3.0 ``report``
-    without R52's members (SPEC.md R53)."""
+def as_report_3_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 3.0 writer writes for the same replay (round robin or random routing): the
+    4.0 ``report`` without R57's member (SPEC.md R57)."""
     old = copy.deepcopy(report)
+    old["schema_version"] = "3.0"
+    for request in old["requests"]:
+        cached = request.pop("cached_blocks_at_routing")
+        assert cached is None, "a 3.0 report comes from a scenario without state-aware routing"
+    return old
+
+
+def as_report_2_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 2.0 writer writes for the same replay (no cache): the 3.0 form of
+    ``report`` without R52's members (SPEC.md R53)."""
+    old = as_report_3_0(report)
     assert old["summary"]["kv_cache"] is None, "a 2.0 report comes from a scenario without a cache"
     old["schema_version"] = "2.0"
     for request in old["requests"]:

@@ -1,9 +1,10 @@
 """``servesim migrate``: a chain of small pure steps, and a migrated document replays the same.
 
-The reference's chain relabels timing profile, scenario and workload 1.0 -> 1.1, and upgrades
-report 1.0 -> 2.0 (the calibration echo and the trace's step shapes) and 2.0 -> 3.0 (the KV
-cache's members, R53). The chain of the deliberate evolution in ``tests/evolution_fixtures``
-(scenario 1.0 -> 1.1 -> 1.2 -> 2.0) exercises the machinery further, and its 2.0 reader
+The reference's chain relabels timing profile, scenario and workload 1.0 -> 1.1 and scenario
+1.1 -> 1.2, and upgrades report 1.0 -> 2.0 (the calibration echo and the trace's step shapes),
+2.0 -> 3.0 (the KV cache's members, R53) and 3.0 -> 4.0 (cached_blocks_at_routing, R57). The
+chain of the deliberate evolution in ``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 1.2 ->
+1.3 -> 2.0) exercises the machinery further, and its 2.0 reader
 (``load_scenario_2_0``) stands for an implementation that reads 2.0.
 """
 
@@ -34,11 +35,12 @@ from servesim_conformance.evolution.cli import (
 )
 from servesim_conformance.strategies import requests, scenarios
 from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
-from tests.evolution_fixtures import SCENARIO_1_2, SCENARIO_2_0, load, load_scenario_2_0
+from tests.evolution_fixtures import SCENARIO_1_3, SCENARIO_2_0, load, load_scenario_2_0
 from tests.helpers import (
     REPO,
     as_report_1_0,
     as_report_2_0,
+    as_report_3_0,
     scenario_doc,
     timing_doc,
     workload_doc,
@@ -50,14 +52,14 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = {**scenario_doc(), "schema_version": "1.1"}
+    document = {**scenario_doc(), "schema_version": "1.2"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0", "1.1")
+    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2")
     assert CHAIN.sources("workload") == ("1.0", "1.1")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
-    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0")
+    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0")
 
 
 @pytest.mark.parametrize(
@@ -68,9 +70,11 @@ def test_reference_chain_leaves_current_documents_alone() -> None:
 def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
     document: dict[str, Any],
 ) -> None:
-    """R53: a 1.0 scenario or workload is a 1.1 one with the same meaning."""
+    """R53, R57: a 1.0 scenario or workload is a 1.1 (and a scenario a 1.2) one with the same
+    meaning."""
     migrated = CHAIN.migrate(document).document
-    assert migrated == {**document, "schema_version": "1.1"}
+    current = {"scenario": "1.2", "workload": "1.1"}[document["document"]]
+    assert migrated == {**document, "schema_version": current}
     kind = document["document"]
     reports = []
     for version in (document, migrated):
@@ -140,15 +144,57 @@ GOLDEN_REPORTS_WITHOUT_CACHE = [
 
 @pytest.mark.parametrize("path", GOLDEN_REPORTS_WITHOUT_CACHE, ids=lambda path: path.parent.name)
 def test_report_2_0_migrates_to_exactly_the_3_0_report(path: Path) -> None:
-    """R53: the reference's 2.0-equivalent report (3.0 without R52's members) migrates to the
-    very bytes of the 3.0 report the reference writes (the golden report, which
-    tests/test_golden_reports.py checks against the reference)."""
-    old = as_report_2_0(json.loads(path.read_bytes()))
+    """R53: the reference's 2.0-equivalent report (its 3.0 form without R52's members) migrates
+    to the very bytes of the 3.0 form of the report the reference writes, and on to the 4.0
+    report itself (the golden report, which tests/test_golden_reports.py checks against the
+    reference)."""
+    current = json.loads(path.read_bytes())
+    old = as_report_2_0(current)
     load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 2.0 report
-    migrated = CHAIN.migrate(old)
+    migrated = CHAIN.migrate(old, target="3.0")
     assert [(step.source, step.target) for step in migrated.steps] == [("2.0", "3.0")]
     load_document(canonical_bytes(migrated.document) + b"\n", "new.json", "report")
+    assert canonical_bytes(migrated.document) == canonical_bytes(as_report_3_0(current))
+    assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()
+
+
+#: Every golden report of a scenario routed by round robin or random: each has a 3.0 form (R57).
+GOLDEN_REPORTS_WITHOUT_STATE_ROUTING = [
+    path
+    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    if json.loads((path.parent / "scenario.json").read_bytes())["routing"]["policy"]
+    in {"round_robin", "random"}
+]
+
+
+@pytest.mark.parametrize(
+    "path", GOLDEN_REPORTS_WITHOUT_STATE_ROUTING, ids=lambda path: path.parent.name
+)
+def test_report_3_0_migrates_to_exactly_the_4_0_report(path: Path) -> None:
+    """R57: the reference's 3.0-equivalent report (4.0 without cached_blocks_at_routing) is a
+    valid 3.0 report, and it migrates to the very bytes of the 4.0 report the reference writes
+    (the golden report, which tests/test_golden_reports.py checks against the reference)."""
+    old = as_report_3_0(json.loads(path.read_bytes()))
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 3.0 report
+    migrated = CHAIN.migrate(old)
+    assert [(step.source, step.target) for step in migrated.steps] == [("3.0", "4.0")]
+    load_document(canonical_bytes(migrated.document) + b"\n", "new.json", "report")
     assert canonical_bytes(migrated.document) + b"\n" == path.read_bytes()
+
+
+def test_report_3_0_to_4_0_puts_the_member_where_the_canonical_writer_does() -> None:
+    """``servesim migrate`` keeps the member order (R37): the new member lands after
+    ``arrival_us``, as in the canonical order (R23), so a canonical 3.0 request stays in
+    canonical order; every request gets it, rejected ones too."""
+    path = REPO / "golden" / "valid" / "reject-reasons-precedence-round-robin"
+    current = json.loads((path / "expected-report.json").read_bytes())
+    old = as_report_3_0(current)
+    migrated = CHAIN.migrate(old).document
+    assert len(migrated["requests"]) == len(old["requests"]) > 1
+    for request, original in zip(migrated["requests"], current["requests"], strict=True):
+        assert list(request) == sorted(request) == list(original)
+        assert request["cached_blocks_at_routing"] is None
+    assert {request["outcome"] for request in migrated["requests"]} == {"completed", "rejected"}
 
 
 def test_fixture_chain_goes_one_version_at_a_time() -> None:
@@ -156,9 +202,10 @@ def test_fixture_chain_goes_one_version_at_a_time() -> None:
     assert [(step.source, step.target) for step in steps] == [
         ("1.0", "1.1"),
         ("1.1", "1.2"),
-        ("1.2", "2.0"),
+        ("1.2", "1.3"),
+        ("1.3", "2.0"),
     ]
-    assert FIXTURE_CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "2.0")
+    assert FIXTURE_CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "2.0")
     assert FIXTURE_CHAIN.path("scenario", "1.1", "1.1") == ()
 
 
@@ -221,8 +268,11 @@ def test_every_step_is_pure_and_lands_on_a_valid_document_of_its_version(
     document: dict[str, Any],
 ) -> None:
     schemas = {
-        "1.1": json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8")),
-        "1.2": load(SCENARIO_1_2),
+        "1.1": json.loads(
+            (REPO / "schemas" / "released" / "1.1" / "scenario.schema.json").read_text("utf-8")
+        ),
+        "1.2": json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8")),
+        "1.3": load(SCENARIO_1_3),
         "2.0": load(SCENARIO_2_0),
     }
     kept = copy.deepcopy(document)
@@ -311,7 +361,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.documents, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.1"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.2"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0

@@ -153,6 +153,14 @@ def test_measured_timing_over_protocol_1_is_refused() -> None:
         fake("protocol-1-measured").describe()
 
 
+def test_scenario_1_2_reader_that_writes_no_report_4_0_is_refused() -> None:
+    # R38, R57: a report 3.0 cannot say what state-aware routing saw, so the cases of scenario
+    # 1.2 could never be compared; the harness refuses the description, as for 1.1 and 3.0
+    assert "1.2" in fake("honest").describe().schema_versions["scenario"]
+    with pytest.raises(HarnessError, match=r"reads scenario 1\.2 but writes no report 4\.0"):
+        fake("scenario-1.2-report-3.0").describe()
+
+
 def test_undeclared_feature_skips_the_case() -> None:
     assert outcome("no-chunking", CHUNKED) is Outcome.SKIP
 
@@ -271,23 +279,27 @@ def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> 
     assert verdict is Outcome.FAIL
     assert difference is not None
     assert difference.pointer == "/requests/0/token_times_us/2"
-    assert message.endswith("(the report was migrated from 1.0 to 3.0 before comparison)")
+    assert message.endswith("(the report was migrated from 1.0 to 4.0 before comparison)")
 
 
 def test_a_report_version_not_declared_is_an_invalid_report() -> None:
     implementation = fake("undeclared-report-version")
     result = run_case(VALID, implementation, implementation.describe())
     assert result.outcome is Outcome.INVALID_REPORT
-    assert "version 3.0, which --describe does not declare" in result.message
+    assert "version 4.0, which --describe does not declare" in result.message
 
 
 @pytest.mark.parametrize(
     ("versions", "message"),
     [
-        ({"report": ["4.0"]}, "report versions that are not released: 4.0"),
+        ({"report": ["5.0"]}, "report versions that are not released: 5.0"),
         ({"timing_profile": ["1.0", "1.1"], "report": ["1.0"]}, "writes no report 2.0"),
         ({"scenario": ["1.0", "1.1"], "report": ["2.0"]}, "reads scenario 1.1 but writes no"),
         ({"workload": ["1.0", "1.1"], "report": ["1.0"]}, "reads workload 1.1 but writes no"),
+        (
+            {"scenario": ["1.0", "1.1", "1.2"], "report": ["3.0"]},
+            "reads scenario 1.2 but writes no report 4.0",
+        ),
     ],
 )
 def test_declared_report_versions_must_be_usable(

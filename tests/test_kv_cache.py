@@ -161,13 +161,14 @@ def test_r45_without_a_cache_the_report_is_the_migrated_2_0_report(tmp_path: Pat
     # Without kv_cache a worker is the plain one of sections 2 to 7, and the report differs
     # from what a 2.0 writer writes for the same replay only by R52's members, holding the
     # values R53's migration gives them (reused 0, preemptions 0, exceeds_kv_cache 0,
-    # kv_cache null, kv_blocks_in_use null and preempted [] in the trace). Chunked, with
+    # kv_cache null, kv_blocks_in_use null and preempted [] in the trace), and R57's
+    # cached_blocks_at_routing, null with round robin. Chunked, with
     # decodes, admissions at different times and a rejection (prompt 0).
     scenario_document = scenario_doc(max_batched_tokens=5, max_chunk_tokens=3)
     requests = [("A", 0, 8, 3), ("B", 0, 6, 2), ("C", 50, 9, 4), ("Z", 60, 0, 2)]
     paths = write_inputs(tmp_path, scenario_document, workload_doc(*requests), timing_doc())
     report = json.loads(servesim.replay(*paths.values(), trace=True))
-    assert report["schema_version"] == "3.0"
+    assert report["schema_version"] == "4.0"
     assert CHAIN.migrate(as_report_2_0(report)).document == report
     # and its replay is the one a cache too large to matter, with prefix caching off, gives
     # (R46 to R50 then only count blocks)

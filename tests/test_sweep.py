@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from servesim.replay import replay
 from servesim_cli.main import main
 from servesim_cli.sweep_file import Condition, Point, read_sweep
-from servesim_cli.sweep_run import PointResult, scaled_arrival
+from servesim_cli.sweep_run import PointResult, scaled_arrival, scenario_value
 from servesim_cli.sweep_search import Search, search
 from tests.helpers import EXAMPLES, scenario_doc, timing_doc, workload_doc, write_inputs
 
@@ -157,6 +157,45 @@ def test_a_point_that_breaks_the_scenario_is_reported_before_anything_runs(
     ) in captured.err
     assert "[1/" not in captured.err  # no point ran
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_cache_aware_routing_without_a_cache_is_reported_before_anything_runs(
+    inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # R56: cache_aware needs kv_cache with prefix caching; the base scenario has no cache
+    path = _sweep_file(tmp_path, {"routing": ["least_loaded", "cache_aware"]})
+    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
+    captured = capsys.readouterr()
+    assert f"{path}: at /axes: point routing=cache_aware makes the scenario invalid" in (
+        captured.err
+    )
+    assert "kv_cache" in captured.err
+    assert "[1/" not in captured.err
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_state_aware_routing_points_are_scenario_1_2(tmp_path: Path) -> None:
+    path = _sweep_file(
+        tmp_path,
+        {
+            "routing": [
+                "round_robin",
+                "least_loaded",
+                {"policy": "cache_aware", "prefill_weight": 2, "load_weight": 1},
+            ]
+        },
+    )
+    plan = read_sweep(path)
+    points = plan.points()
+    assert [point.describe() for point in points] == [
+        "routing=round_robin",
+        "routing=least_loaded",
+        "routing=cache_aware/2:1",
+    ]
+    base = {"schema_version": "1.0", "routing": {"policy": "x"}, "scheduler": {}}
+    values = [scenario_value(base, point) for point in points]
+    assert [value["schema_version"] for value in values] == ["1.0", "1.2", "1.2"]
+    assert values[2]["routing"] == {"policy": "cache_aware", "prefill_weight": 2, "load_weight": 1}
 
 
 def test_a_missing_base_input_names_its_file(

@@ -36,8 +36,13 @@ AXES: tuple[str, ...] = (
 #: More points than this is almost surely a mistake in a range.
 MAX_POINTS = 100_000
 
-#: A setting's value: a count, "whole" or a chunk size, a routing, or an exact speed-up.
-Setting = int | str | Fraction | tuple[str, int]
+#: A setting's value: a count, "whole" or a chunk size, a routing, or an exact speed-up. A
+#: routing is its policy's name, ``("random", seed)`` or ``("cache_aware", prefill_weight,
+#: load_weight)``.
+Setting = int | str | Fraction | tuple[str, int] | tuple[str, int, int]
+
+#: The routing policies that look at the fleet (SPEC.md section 12): they need scenario 1.2.
+STATE_AWARE_POLICIES = frozenset({"least_loaded", "cache_aware"})
 
 
 @dataclass(frozen=True)
@@ -102,10 +107,20 @@ class SweepPlan:
 
 
 def show(value: Setting) -> str:
-    """A setting as the table shows it: ``4``, ``whole``, ``3/2``, ``random/7``."""
+    """A setting as the table shows it: ``4``, ``whole``, ``3/2``, ``random/7``,
+    ``cache_aware/2:1`` (prefill weight : load weight)."""
     if isinstance(value, tuple):
-        return f"{value[0]}/{value[1]}"
+        return f"{value[0]}/" + ":".join(str(number) for number in value[1:])
     return str(value)
+
+
+def routing_member(setting: str | tuple[str, int] | tuple[str, int, int]) -> dict[str, Any]:
+    """A routing setting as the scenario's ``routing`` member (SPEC.md R13 to R15, R55, R56)."""
+    if isinstance(setting, str):
+        return {"policy": setting}
+    if len(setting) == 2:
+        return {"policy": setting[0], "seed": setting[1]}
+    return {"policy": setting[0], "prefill_weight": setting[1], "load_weight": setting[2]}
 
 
 def _is_json_integer(_checker: Any, instance: Any) -> bool:
@@ -177,10 +192,16 @@ def _axis_values(axis: str, raw: Any) -> tuple[Setting, ...]:
     if axis == "speedup":
         return tuple(_speedup(value) for value in raw)
     if axis == "routing":
-        return tuple(
-            value if isinstance(value, str) else (value["policy"], value["seed"]) for value in raw
-        )
+        return tuple(_routing_setting(value) for value in raw)
     return tuple(raw)
+
+
+def _routing_setting(value: str | dict[str, Any]) -> Setting:
+    if isinstance(value, str):
+        return value
+    if value["policy"] == "random":
+        return (value["policy"], value["seed"])
+    return (value["policy"], value["prefill_weight"], value["load_weight"])
 
 
 def _semantic_problems(value: dict[str, Any], file: str) -> list[InputProblem]:

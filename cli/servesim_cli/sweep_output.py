@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from servesim.canonical import canonical_json
-from servesim_cli.sweep_file import Setting, SweepPlan, Target, show
+from servesim_cli.sweep_file import Setting, SweepPlan, Target, routing_member, show
 from servesim_cli.sweep_run import RESULT_COLUMNS, PointResult
 from servesim_cli.sweep_search import Search, meets
 
@@ -23,7 +23,7 @@ def _json_setting(value: Setting) -> Any:
     if isinstance(value, Fraction):
         return str(value)
     if isinstance(value, tuple):
-        return {"policy": value[0], "seed": value[1]}
+        return routing_member(value)
     return value
 
 

@@ -18,7 +18,7 @@ from servesim.canonical import canonical_json
 from servesim.documents import Document, load_document
 from servesim.errors import OutOfCoverage, ServesimError, UnrepresentableTime
 from servesim.replay import replay_documents
-from servesim_cli.sweep_file import Point
+from servesim_cli.sweep_file import STATE_AWARE_POLICIES, Point, routing_member
 
 #: The latency metrics of the summary (R28) and the statistics of each that the table keeps.
 METRICS: tuple[str, ...] = ("queue_us", "ttft_us", "itl_us", "e2e_us")
@@ -83,11 +83,12 @@ def scenario_value(base: dict[str, Any], point: Point) -> dict[str, Any]:
                 else {"mode": "chunked", "max_chunk_tokens": setting}
             )
         elif axis == "routing":
-            value["routing"] = (
-                {"policy": setting[0], "seed": setting[1]}
-                if isinstance(setting, tuple)
-                else {"policy": setting}
-            )
+            assert isinstance(setting, str | tuple)
+            value["routing"] = routing_member(setting)
+            if value["routing"]["policy"] in STATE_AWARE_POLICIES:
+                # R57: the state-aware policies are scenario 1.2; every older scenario reads as
+                # 1.2 with the same meaning (R35), so the point's scenario is relabelled
+                value["schema_version"] = "1.2"
     return value
 
 

@@ -250,8 +250,9 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
     Every implementation reads 1.0 of every input kind, so that the 1.0 golden inputs run
     everywhere; the report versions must be released ones, which the harness can validate and
     migrate before comparing; a reader of timing profile 1.1 writes a report that can echo
-    its calibration (2.0 or later); and a reader of scenario or workload 1.1 one that can say
-    what the KV cache did (3.0 or later, R52).
+    its calibration (2.0 or later); a reader of scenario or workload 1.1 one that can say
+    what the KV cache did (3.0 or later, R52); and a reader of scenario 1.2 one that can say
+    what state-aware routing saw (4.0 or later, R57).
     """
     problems = []
     unread = [kind for kind in INPUT_KINDS if "1.0" not in schema_versions[kind]]
@@ -278,5 +279,12 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
         problems.append(
             f"it reads {' and '.join(cache_inputs)} 1.1 but writes no report 3.0; an older report "
             "cannot say what the KV cache did (R52)"
+        )
+    if "1.2" in schema_versions["scenario"] and not any(
+        version_key(v) >= (4, 0) for v in schema_versions["report"]
+    ):
+        problems.append(
+            "it reads scenario 1.2 but writes no report 4.0; an older report cannot say what "
+            "state-aware routing saw (R57)"
         )
     return problems

@@ -25,7 +25,11 @@ FEATURES: tuple[str, ...] = (
 def description(version: str) -> dict[str, Any]:
     """The ``--describe`` document (schemas/harness/v3/describe.schema.json).
 
-    Inputs list every version read; the report lists the versions written (R38).
+    Inputs list every version read; the report lists the versions written (R38). Reading
+    scenario 1.2 the reference writes report 4.0, as R38 requires of every implementation (an
+    older report cannot say what state-aware routing saw, R57); the harness refuses a
+    description that breaks that, and it needs no feature tag: the cases of the state-aware
+    policies are those with a scenario 1.2, skipped for an implementation that does not read it.
     """
     versions = {kind: list(read) for kind, read in SUPPORTED_VERSIONS.items()}
     versions["report"] = list(WRITTEN_REPORT_VERSIONS)

@@ -322,9 +322,30 @@ def _message(error: jsonschema.ValidationError) -> str:
     return message
 
 
-def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem]:
+#: Schema errors whose generic text would only quote the schema back, by document kind and the
+#: error's schema path: what was expected instead, in the words of the rule (R5). Every version
+#: of the kind that has the keyword there means the same by it.
+_EXPLAINED: dict[tuple[str, tuple[str | int, ...]], str] = {
+    ("scenario", ("properties", "routing", "not")): (
+        "prefill_weight and load_weight are both 0; expected at least one above 0 (R56)"
+    ),
+    ("scenario", ("then", "required")): (
+        'missing kv_cache: policy "cache_aware" (at /routing/policy) needs kv_cache with '
+        "prefix_caching true (R56)"
+    ),
+    ("scenario", ("then", "properties", "kv_cache", "properties", "prefix_caching", "const")): (
+        'expected true; found false: policy "cache_aware" (at /routing/policy) needs kv_cache '
+        "with prefix_caching true (R56)"
+    ),
+}
+
+
+def _describe(error: jsonschema.ValidationError, file: str, kind: str = "") -> list[InputProblem]:
     """One schema error as problems; an unexpected property is reported at its own pointer."""
     path = list(error.absolute_path)
+    explained = _EXPLAINED.get((kind, tuple(error.absolute_schema_path)))
+    if explained is not None:
+        return [InputProblem(file, pointer(path), explained)]
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         declared = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
         allowed = sorted(declared)
@@ -353,7 +374,7 @@ def schema_problems(
     """R3: everything that makes ``value`` invalid under its schema, sorted."""
     problems: list[InputProblem] = []
     for error in _validator(kind, version).iter_errors(value):
-        problems.extend(_describe(error, file))
+        problems.extend(_describe(error, file, kind))
     return sorted(set(problems))
 
 
@@ -364,21 +385,25 @@ def _needs_newer_minor(
 
     Its version's schema would list every member it does not know; the user only needs to hear
     that the document is written for the newer minor (for example a grid profile labelled 1.0).
+    The minor named is the first that accepts the document (a KV cache in a scenario 1.0 needs
+    1.1, not the newest minor), and a document no later minor accepts gets its own errors.
     """
     major = version.split(".", 1)[0]
-    newest = [each for each in SUPPORTED_VERSIONS[kind] if each.split(".", 1)[0] == major][-1]
-    if newest == version or not schema_problems(value, kind, version, file):
+    minors = [each for each in SUPPORTED_VERSIONS[kind] if each.split(".", 1)[0] == major]
+    later = minors[minors.index(version) + 1 :]
+    if not later or not schema_problems(value, kind, version, file):
         return None
-    if schema_problems({**value, "schema_version": newest}, kind, newest, file):
-        return None
-    return [
-        InputProblem(
-            file,
-            "/schema_version",
-            f"the document uses what version {newest} added; expected {as_json(newest)}, "
-            f"found {as_json(version)}",
-        )
-    ]
+    for newer in later:
+        if not schema_problems({**value, "schema_version": newer}, kind, newer, file):
+            return [
+                InputProblem(
+                    file,
+                    "/schema_version",
+                    f"the document uses what version {newer} added; expected {as_json(newer)}, "
+                    f"found {as_json(version)}",
+                )
+            ]
+    return None
 
 
 # --- R4: semantic constraints -----------------------------------------------------------

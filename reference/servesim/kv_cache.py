@@ -248,6 +248,14 @@ class BlockCache:
             hits.append(identity)
         return hits
 
+    def registered_prefix(self, identities: Sequence[Identity]) -> int:
+        """R54's ``cached(w, r)``: how many of the request's blocks 0, 1, ... are registered,
+        as far as they all are; ``len(hits(identities, len(identities)))`` without the list.
+        A state-aware router asks it of every worker for every request, so the walk runs in
+        the interpreter's built-in iterators, stopping at the first unregistered block."""
+        values = map(self.entries.get, identities, itertools.repeat(ABSENT))
+        return len(list(itertools.takewhile(self.frontier.__le__, values)))
+
     def cached_among(self, hits: list[Identity]) -> int:
         """How many of a request's hit blocks are cached (held by nobody)."""
         return sum(map(HELD.__gt__, map(self.entries.__getitem__, hits)))

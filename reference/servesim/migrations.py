@@ -8,8 +8,10 @@ step can be reviewed (and tested) on its own, and a version is never skipped.
 ``CHAIN`` holds the reference's steps: timing profile 1.0 to 1.1 (a relabel: 1.1 added the
 measured kinds), scenario and workload 1.0 to 1.1 (relabels: 1.1 added the KV cache and prefix
 hashes, SPEC.md R53), report 1.0 to 2.0 (the trace's step shapes and the calibration echo, SPEC.md
-R25, R30) and report 2.0 to 3.0 (the KV cache's members, R52, R53). The test fixtures in
-``tests/evolution_fixtures/`` exercise the machinery further with made-up scenario versions.
+R25, R30), report 2.0 to 3.0 (the KV cache's members, R52, R53), scenario 1.1 to 1.2 (a relabel:
+1.2 added the state-aware routing policies, R57) and report 3.0 to 4.0 (each request's
+``cached_blocks_at_routing``, R57). The test fixtures in ``tests/evolution_fixtures/`` exercise
+the machinery further with made-up scenario versions.
 
 Problems are data (``InputProblem``, with a JSON pointer) like every other input problem, so the
 command line reports them the way it reports an invalid document.
@@ -259,6 +261,37 @@ def report_2_0_to_3_0(report: Mapping[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+def report_3_0_to_4_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 3.0 to 4.0 (R57): every request's ``cached_blocks_at_routing``, which is null.
+
+    Exact, not a guess: a 3.0 report comes from a scenario routed by ``"round_robin"`` or
+    ``"random"`` (scenario 1.2 and report 4.0 came together), where R57 says the member is null.
+    The member is put where the canonical writer puts it (R23: after ``arrival_us``), so a
+    migrated report in canonical form keeps the order a 4.0 writer gives it.
+    """
+    upgraded = dict(report)
+    upgraded["requests"] = [
+        _with_cached_blocks_at_routing(request) for request in report["requests"]
+    ]
+    return upgraded
+
+
+def _with_cached_blocks_at_routing(request: Mapping[str, Any]) -> dict[str, Any]:
+    """``request`` with ``cached_blocks_at_routing: null`` right after ``arrival_us``.
+
+    ``servesim migrate`` keeps the member order it read (R37), so the new member goes where the
+    canonical order (R23) has it: after ``arrival_us`` when the request has it, else at the end.
+    """
+    if "arrival_us" not in request:
+        return {**request, "cached_blocks_at_routing": None}
+    upgraded: dict[str, Any] = {}
+    for key, value in request.items():
+        upgraded[key] = value
+        if key == "arrival_us":
+            upgraded["cached_blocks_at_routing"] = None
+    return upgraded
+
+
 #: The reference's chain. A new version adds its step here in the same commit as its schema
 #: (tests/test_evolution_release.py checks that every released version has a path to the
 #: current one, and ``servesim schema review`` that a new version comes with its step).
@@ -306,6 +339,23 @@ CHAIN = MigrationChain(
             "rejected_by_reason.exceeds_kv_cache 0, kv_cache null in the summary and every "
             "worker, kv_blocks_in_use null and preempted [] per trace entry",
             upgrade=report_2_0_to_3_0,
+        ),
+        Migration(
+            kind="scenario",
+            source="1.1",
+            target="1.2",
+            summary="relabel: 1.2 adds the routing policies least_loaded and cache_aware and "
+            "cache_aware's optional prefill_weight and load_weight, which 1.1 scenarios do not "
+            "use (R57)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="3.0",
+            target="4.0",
+            summary="adds cached_blocks_at_routing null to every request (R57: a 3.0 report "
+            "comes from round_robin or random routing, where it is null)",
+            upgrade=report_3_0_to_4_0,
         ),
     ),
     current={kind: versions[-1] for kind, versions in SUPPORTED_VERSIONS.items()},

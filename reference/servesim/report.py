@@ -88,7 +88,7 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
 
 #: R26's request entry with its members in RFC 8785 order (sorted keys); see ``_request_entry``.
 _REQUEST_ENTRY = (
-    b'{"arrival_us":%d,"completion_us":%b,"e2e_us":%b,"first_scheduled_us":%b,'
+    b'{"arrival_us":%d,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,"first_scheduled_us":%b,'
     b'"first_token_us":%b,"id":%b,"mean_itl_us":%b,"outcome":%b,"output_tokens":%d,'
     b'"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,"reject_reason":%b,'
     b'"reused_prompt_tokens":%d,"terminal_us":%d,"token_times_us":[%b],"ttft_us":%b,"worker":%b}'
@@ -120,6 +120,7 @@ def _request_entry(state: RequestState) -> bytes:
     assert state.terminal_us is not None, "R9: every request ends before the report is built"
     return _REQUEST_ENTRY % (
         request.arrival_us,
+        _json(state.cached_blocks_at_routing),  # R57
         _json(state.terminal_us if completed else None),  # completion_us
         _json(e2e_us),
         _json(state.first_scheduled_us),
@@ -311,7 +312,7 @@ def report_chunks(
     summary = _summary(result.requests, result.workers, makespan_us)
     yield b'{"document":"report","inputs":' + canonical_bytes(digests) + b',"requests":'
     yield from encoded_array(_request_entry(state) for state in result.requests)
-    yield b',"schema_version":"3.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"4.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,6 +20,7 @@ from servesim.model import Scenario, SyntheticLinearTiming, TimingProfile, Workl
 from servesim.routing import make_router
 from servesim.worker import (
     CachingWorker,
+    FirstBlocks,
     RequestState,
     Step,
     Worker,
@@ -70,6 +71,52 @@ def arrival_order(workload: Workload) -> list[int]:
     return sorted(range(len(requests)), key=lambda position: requests[position].arrival_us)
 
 
+class FleetView:
+    """R54: what a state-aware router sees at one arrival (``routing.Fleet``): the workers'
+    counters and, for the request being routed, ``cached(w, r)``.
+
+    It reads the workers at the moment it is asked, in the arrival event, so it sees the fleet
+    after every event with a smaller key (R7). A worker may be in the middle of a run of decode
+    steps then (``Step.repeat``), which the loop applies only when the run ends; that is exact
+    because nothing a router reads changes inside a run (``CachingWorker.run_keeps_router_view``).
+    """
+
+    __slots__ = ("_first_blocks", "_state", "_workers")
+
+    def __init__(
+        self, workers: list[Worker], first_blocks: FirstBlocks, state: RequestState | None
+    ) -> None:
+        self._workers = workers
+        self._first_blocks = first_blocks
+        self._state = state
+
+    @property
+    def size(self) -> int:
+        return len(self._workers)
+
+    def outstanding(self, worker: int) -> int:
+        return self._workers[worker].outstanding
+
+    def load_blocks(self, worker: int) -> int:
+        return self._workers[worker].load_blocks
+
+    def prompt_blocks(self) -> int:
+        assert self._state is not None, "no request is being routed"
+        return self._workers[0].prompt_blocks(self._state)
+
+    def cached(self, worker: int) -> int:
+        assert self._state is not None, "no request is being routed"
+        return self._workers[worker].cached_blocks(self._state)
+
+    def may_have_cached(self) -> Collection[int]:
+        assert self._state is not None, "no request is being routed"
+        worker = self._workers[0]
+        if not isinstance(worker, CachingWorker):
+            return ()
+        identities = worker.identities(self._state)
+        return self._first_blocks.workers(identities[0]) if identities else ()
+
+
 #: How many arrivals pass between two calls of a progress callback.
 PROGRESS_EVERY = 2048
 
@@ -93,14 +140,18 @@ def simulate(
     limits = scenario.scheduler
     router = make_router(scenario.routing, scenario.workers)
     kv_cache = scenario.kv_cache
+    state_aware = scenario.routing.state_aware
+    #: R57: whether each routed request records cached(w, r) at the worker it joins
+    records_cached = state_aware and kv_cache is not None and kv_cache.prefix_caching
     workers: list[Worker]
+    first_blocks = FirstBlocks()  # R54: where each first block was registered, fleet-wide
     if kv_cache is None:
         workers = [Worker(index) for index in range(scenario.workers)]
     else:  # section 11: each worker has its own cache; hash prefixes are one naming
         prefixes = HashPrefixes()
         hash_block_tokens = workload.prefix_hash_block_tokens
         workers = [
-            CachingWorker(index, kv_cache, hash_block_tokens, prefixes)
+            CachingWorker(index, kv_cache, hash_block_tokens, prefixes, first_blocks)
             for index in range(scenario.workers)
         ]
     states = [RequestState(request, position) for position, request in enumerate(workload.requests)]
@@ -133,6 +184,8 @@ def simulate(
 
     #: R22's C is read by a measured model and by the trace; a synthetic model ignores it.
     uses_context = timing.model.uses_context or record_trace
+    #: what a router reads between arrivals: only the counters (R54), not a request's blocks
+    fleet_view = FleetView(workers, first_blocks, None)
     arrived = 0
     push_next_arrival()
     while queue:
@@ -144,7 +197,8 @@ def simulate(
             step = worker.in_flight
             assert step is not None
             worker.in_flight = None
-            worker.complete_step(step)
+            if worker.complete_step(step):  # R54: a completion changes what a router sees
+                router.counters_changed(fleet_view, worker.index)
             request_scheduling(worker, now_us)
         elif priority == ARRIVAL:
             state = states[subject]
@@ -153,8 +207,12 @@ def simulate(
                 state.reject_reason = reason
                 state.terminal_us = now_us
             else:
-                worker = workers[router.route()]
+                fleet_view = FleetView(workers, first_blocks, state)
+                worker = workers[router.route(fleet_view)]
+                if records_cached:
+                    state.cached_blocks_at_routing = fleet_view.cached(worker.index)
                 worker.enqueue(state)
+                router.counters_changed(fleet_view, worker.index)
                 run = worker.in_flight
                 if run is not None and run.truncate_at(now_us):
                     worker.completion_sequence = push(run.end_us, STEP_COMPLETION, worker.index)
@@ -184,6 +242,10 @@ def simulate(
                 step.repeat = decode_run_length(step, MAX_TIME_US, max_steps)
             else:
                 measured_decode_run(step, timing.model, MAX_TIME_US, max_steps)
+            # R54: a state-aware router may read this worker before the run ends
+            assert not state_aware or worker.run_keeps_router_view(step), (
+                "run_keeps_router_view: a run would change what a state-aware router reads"
+            )
             worker.in_flight = step
             if steps is not None:
                 steps.append(step)

@@ -55,7 +55,10 @@ class RequestState:
     blocks: HeldBlocks = field(default_factory=HeldBlocks)
     """R46: the blocks it holds while running, ``ceil(cached_tokens / B)`` of them."""
     identities: list[Identity] | None = None
-    """R47: its identified blocks' identities, found at its first admission with a cache."""
+    """R47: its identified blocks' identities, found when first needed with a cache (at its
+    routing by a state-aware policy, R54, or else at its first admission)."""
+    cached_blocks_at_routing: int | None = None
+    """R54, R57: cached(w, r) at the worker it joined, when a state-aware policy routed it with prefix caching on."""
 
     def __post_init__(self) -> None:
         self.prefill_target = self.request.prompt_tokens
@@ -258,7 +261,9 @@ class Worker:
         "in_flight",
         "index",
         "kv_counters",
+        "load_blocks",
         "output_tokens",
+        "outstanding",
         "peak_running",
         "peak_waiting",
         "prefill_tokens",
@@ -288,17 +293,48 @@ class Worker:
         self.output_tokens = 0
         self.kv_counters: KvCacheCounters | None = None
         """R52: the cache's counters; ``None`` without a cache."""
+        self.outstanding = 0
+        """R54: the requests routed here that have not completed (a preempted one stays)."""
+        self.load_blocks = 0
+        """R54: those requests' prompts in blocks (``prompt_blocks``); 0 without a cache."""
+
+    def prompt_blocks(self, state: RequestState) -> int:
+        """R54: what a request adds to ``load_blocks``: its prompt in blocks; no blocks
+        without a cache."""
+        return 0
+
+    def cached_blocks(self, state: RequestState) -> int:
+        """R54: ``cached(w, r)`` for this worker w; no cache, nothing cached."""
+        return 0
 
     def enqueue(self, state: RequestState) -> None:
         """R12: an accepted request joins the tail of the waiting queue."""
         state.worker = self.index
         self.waiting.append(state)
         self.routed += 1
+        self.outstanding += 1  # R54: counted from its routing until it completes
+        self.load_blocks += self.prompt_blocks(state)
         self.peak_waiting = max(self.peak_waiting, len(self.waiting))
 
     def has_work(self) -> bool:
         """Whether a step formed now would hold any request (R16)."""
         return bool(self.running or self.waiting)
+
+    def run_keeps_router_view(self, step: Step) -> bool:
+        """Whether nothing a state-aware router reads of this worker (R54) changes inside the
+        run ``step`` just formed: the invariant that lets the event loop keep runs with such a
+        router. The loop applies a run's later steps only when it ends, and another worker's
+        arrival does not cut it short (``Step.truncate_at`` is for arrivals joining this
+        worker), so a router may read this worker mid-run; it reads what step-by-step
+        formation would show exactly when this holds.
+
+        ``outstanding`` and ``load_blocks`` change only when a request is routed here (which
+        cuts the run) and when one completes, and a run ends at its first completion. (With a
+        cache the registry must not change either: ``CachingWorker`` adds that.)
+        """
+        return step.repeat == 1 or (
+            not step.prefill and step.repeat <= _steps_to_first_completion(step)
+        )
 
     def plan_step(
         self, limits: SchedulerLimits, now_us: int
@@ -366,7 +402,9 @@ class Worker:
         if finished:
             for state in finished:
                 state.terminal_us = end
+                self.load_blocks -= self.prompt_blocks(state)
             self.running = [state for state in self.running if state.terminal_us is None]
+            self.outstanding -= len(finished)
         self.steps += step.repeat
         self.busy_us += step.end_us - step.start_us
         self.prefill_tokens += step.prefill_tokens
@@ -374,6 +412,30 @@ class Worker:
         self.output_tokens += step.repeat * len(step.decode) + first_tokens
         self.completed += len(finished)
         return finished
+
+
+class FirstBlocks:
+    """For each identity of a block 0 (R47), the workers where such a block was registered at
+    some time: a superset of those where it is registered now (an eviction does not remove a
+    worker), shared by the fleet. A request's ``cached(w, r)`` (R54) is 0 at every other
+    worker, so a cache-aware router need not walk the registry there
+    (``routing.CacheAwareRouter``)."""
+
+    __slots__ = ("_workers",)
+
+    def __init__(self) -> None:
+        self._workers: dict[Identity, set[int]] = {}
+
+    def filled(self, identity: Identity, worker: int) -> None:
+        """``worker`` filled a block 0 with ``identity`` (it registered it, or already had)."""
+        self._workers.setdefault(identity, set()).add(worker)
+
+    def workers(self, identity: Identity) -> frozenset[int] | set[int]:
+        """The workers where a block 0 with ``identity`` may be registered now."""
+        return self._workers.get(identity, _NO_WORKERS)
+
+
+_NO_WORKERS: frozenset[int] = frozenset()
 
 
 def allotment_with_cache(
@@ -393,7 +455,7 @@ class CachingWorker(Worker):
     A subclass, so that a worker without a cache runs exactly the code of sections 2 to 7.
     """
 
-    __slots__ = ("cache", "hash_block_tokens", "preempted", "prefixes")
+    __slots__ = ("cache", "first_blocks", "hash_block_tokens", "preempted", "prefixes")
 
     def __init__(
         self,
@@ -401,8 +463,11 @@ class CachingWorker(Worker):
         kv_cache: KvCache,
         hash_block_tokens: int | None,
         prefixes: HashPrefixes,
+        first_blocks: FirstBlocks | None = None,
     ) -> None:
         super().__init__(index)
+        self.first_blocks = FirstBlocks() if first_blocks is None else first_blocks
+        """R54: the fleet's index of where each first block was registered (shared)."""
         self.kv_counters = KvCacheCounters()
         self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.kv_counters)
         # R47: with prefix caching off (or no hashes at all) no block is identified
@@ -420,6 +485,17 @@ class CachingWorker(Worker):
                     state.request, self.cache.block_tokens, self.hash_block_tokens, self.prefixes
                 )
         return state.identities
+
+    def prompt_blocks(self, state: RequestState) -> int:
+        """R54: ``ceil(prompt_tokens / B)``."""
+        return self.cache.blocks_for(state.request.prompt_tokens)
+
+    def cached_blocks(self, state: RequestState) -> int:
+        """R54: ``cached(w, r)``, read from the registry as it is now: r's blocks 0, 1, ...
+        identified and registered here, as far as they all are. Its identities are its full
+        prompt blocks only, so that is at most ``floor(prompt_tokens / B)`` (not R48's cap)."""
+        identities = self.identities(state)
+        return len(self.cache.hits(identities, len(identities)))
 
     def plan_step(
         self, limits: SchedulerLimits, now_us: int
@@ -537,6 +613,24 @@ class CachingWorker(Worker):
             self.kv_counters.peak_blocks_in_use, step.kv_blocks_in_use
         )
 
+    def run_keeps_router_view(self, step: Step) -> bool:
+        """``Worker.run_keeps_router_view``, and the registry, which ``cached(w, r)`` reads
+        (R54), is the same at every step boundary of the run. It changes only by registration
+        and eviction. A run registers nothing: registration happens at the end of a step with
+        prefill (R47, R51), and a run has none (output tokens are never identified). A run
+        evicts nothing as long as the blocks its later steps take are free ones, which
+        ``run_limit`` ensures; if runs ever evict, a state-aware router would see a stale
+        registry, and this check fails.
+        """
+        if not super().run_keeps_router_view(step):
+            return False
+        cache = self.cache
+        taken = sum(  # the blocks the run's later steps take, as complete_step takes them
+            cache.blocks_for(state.cached_tokens + step.repeat - 1) - state.blocks.count
+            for state in step.decode
+        )
+        return taken <= cache.free
+
     def run_limit(self, step: Step, traced: bool) -> int:
         """How many decode-only steps from ``step`` on form exactly as one at a time would.
 
@@ -593,6 +687,8 @@ class CachingWorker(Worker):
             if identities:
                 cached = state.cached_tokens
                 cache.register(state.blocks, identities, cached - tokens, cached)
+                if cached - tokens < cache.block_tokens <= cached:  # it filled its block 0
+                    self.first_blocks.filled(identities[0], self.index)
         for state in finished:
             cache.release(state.blocks)
         return finished

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 and 11 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11 and 12 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
-profile, the schema versions it reads, and section 11's members with R4's checks of them), so
-the suite's invalid tier finds that. It reads scenarios and workloads 1.0 and 1.1 (the KV cache,
-prefix caching and preemption of section 11) and timing profiles 1.0 and 1.1 (the
-synthetic_linear, grid and regression models), writes report 3.0 (or 2.0 with --report-version
-2.0, reading 1.0 scenarios and workloads only) and speaks conformance protocol 2 (exit 3 when a
-step's shape is outside the profile's coverage, R43). See README.md and QUESTIONS-kv.md beside
-it.
+profile, the schema versions it reads, section 11's members with R4's checks of them, and
+section 12's routing members), so the suite's invalid tier finds that. With --report-version
+4.0 it reads scenarios 1.0 to 1.2 (1.2: the state-aware routing of section 12), workloads 1.0
+and 1.1 (1.1 and scenario 1.1: the KV cache, prefix caching and preemption of section 11) and
+timing profiles 1.0 and 1.1 (the synthetic_linear, grid and regression models), and writes
+report 4.0. Without the flag it writes report 3.0 and reads scenarios up to 1.1; with
+--report-version 2.0 it writes report 2.0 and reads 1.0 scenarios and workloads only. It speaks
+conformance protocol 2 (exit 3 when a step's shape is outside the profile's coverage, R43). See
+README.md, QUESTIONS-kv.md and QUESTIONS-routing.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -75,6 +77,7 @@ class Req:
         self.reused = 0  # reused_prompt_tokens: h*B at the first admission (R48)
         self.running = False  # in its worker's running list
         self.preemptions = 0
+        self.cached_at_routing = None  # R57
 
     @property
     def decoding(self):  # Decode state: everything up to the last produced token is computed
@@ -153,6 +156,17 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
+# The input versions read with each report version written (R2, R38: reading scenario or
+# workload 1.1 needs report 3.0 or later, reading scenario 1.2 needs report 4.0).
+READS = {
+    "2.0": {"scenario": ["1.0"], "workload": ["1.0"]},
+    "3.0": {"scenario": ["1.0", "1.1"], "workload": ["1.0", "1.1"]},
+    "4.0": {"scenario": ["1.0", "1.1", "1.2"], "workload": ["1.0", "1.1"]},
+}
+STATE_AWARE = ("least_loaded", "cache_aware")  # section 12
+WEIGHTS = ("prefill_weight", "load_weight")  # R56
+
+
 class Worker:
     def __init__(self, i, kv):
         self.i = i
@@ -164,6 +178,8 @@ class Worker:
         self.peak_running = self.peak_waiting = 0
         self.prefill_tokens = self.decode_tokens = self.output_tokens = 0
         self.inflight = None
+        self.outstanding = 0  # R54: routed here and not completed
+        self.load_blocks = 0  # R54: their prompts in blocks (with a cache)
         self.cache = None if kv is None else Cache(kv["blocks"], kv["block_tokens"])
 
 
@@ -253,26 +269,27 @@ def is_int(x, lo, hi):  # R1: a JSON integer, not a boolean, not 1.0
     return type(x) is int and lo <= x <= hi
 
 
-def check_kv(scn, wl, input_versions):
+def check_kv(scn, wl, reads):
     """The checks of section 11's members (R2, R3, R4, R53): a list of (role, pointer,
-    expected). The rest of R1 to R4 is not checked here (README.md)."""
+    expected). reads maps "scenario" and "workload" to the versions read. The rest of R1 to
+    R4 is not checked here (README.md)."""
     probs = []
     for role, doc in (("scenario", scn), ("workload", wl)):
         v = doc.get("schema_version")
-        if v not in input_versions:
+        if v not in reads[role]:
             probs.append(
                 (
                     role,
                     "/schema_version",
                     "one of the versions this implementation "
-                    "reads, %s (R2); got %s" % (", ".join(input_versions), json.dumps(v)),
+                    "reads, %s (R2); got %s" % (", ".join(reads[role]), json.dumps(v)),
                 )
             )
     if probs:
         return probs
     kv = scn.get("kv_cache")
     if "kv_cache" in scn:
-        if scn["schema_version"] != "1.1":
+        if scn["schema_version"] == "1.0":
             probs.append(
                 (
                     "scenario",
@@ -373,6 +390,75 @@ def check_kv(scn, wl, input_versions):
     return probs
 
 
+def check_routing(scn):
+    """The checks of section 12's members (R3, R55, R56, R57): a list of (role, pointer,
+    expected). Only what section 12 adds is checked; round_robin and random are left as
+    before (README.md)."""
+    probs = []
+    routing = scn.get("routing")
+    if not isinstance(routing, dict):
+        return probs
+    policy = routing.get("policy")
+    version = scn.get("schema_version")
+    if policy in STATE_AWARE and version != "1.2":
+        probs.append(
+            (
+                "scenario",
+                "/routing/policy",
+                '"round_robin" or "random" in a scenario %s: %s needs schema_version "1.2" '
+                "(R57)" % (version, json.dumps(policy)),
+            )
+        )
+    for m in sorted(routing):
+        ptr = "/routing/" + m.replace("~", "~0").replace("/", "~1")
+        if m == "policy" or (policy not in STATE_AWARE and m not in WEIGHTS):
+            continue  # round_robin and random: their members are not checked here
+        if m not in WEIGHTS:
+            probs.append(
+                (
+                    "scenario",
+                    ptr,
+                    "no such member with policy %s (R3, R55, R56)" % json.dumps(policy),
+                )
+            )
+        elif policy != "cache_aware":
+            probs.append(
+                (
+                    "scenario",
+                    ptr,
+                    "no %s with policy %s: only cache_aware has weights (R56)"
+                    % (m, json.dumps(policy)),
+                )
+            )
+        elif not is_int(routing[m], 0, 65536):
+            probs.append(("scenario", ptr, "an integer 0 to 65536 (R56)"))
+    if policy == "cache_aware":
+        weights = [routing.get(m, 1) for m in WEIGHTS]
+        if weights == [0, 0] and all(type(x) is int for x in weights):
+            probs.append(
+                ("scenario", "/routing", "prefill_weight and load_weight not both 0 (R56)")
+            )
+        kv = scn.get("kv_cache")
+        if not isinstance(kv, dict):
+            probs.append(
+                (
+                    "scenario",
+                    "/routing/policy",
+                    "a scenario with kv_cache and prefix_caching true for policy "
+                    '"cache_aware" (R56); this one has no kv_cache',
+                )
+            )
+        elif kv.get("prefix_caching") is not True:
+            probs.append(
+                (
+                    "scenario",
+                    "/kv_cache/prefix_caching",
+                    'true: routing policy "cache_aware" needs prefix caching (R56)',
+                )
+            )
+    return probs
+
+
 def lerp(x, y, num, den):  # R41 step 2; den == 0 means the bracket (i, i)
     if den == 0:
         return x
@@ -464,6 +550,8 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
     N = scn["fleet"]["workers"]
     policy = scn["routing"]["policy"]
     rng = splitmix(scn["routing"]["seed"]) if policy == "random" else None
+    prefill_weight = scn["routing"].get("prefill_weight", 1)  # R56: 1 when absent
+    load_weight = scn["routing"].get("load_weight", 1)
     sch = scn["scheduler"]
     max_seqs = sch["max_num_seqs"]
     mbt = sch["max_batched_tokens"]
@@ -505,6 +593,35 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
         if (j + 1) * B > r.prompt or j >= k * len(r.hashes):
             return None
         return (j, tuple(r.hashes[: j // k + 1]))
+
+    def cached_at(w, r):  # R54's cached(w, r): w's registry as it is now
+        h = 0
+        while h < r.prompt // B:
+            ident = identity(r, h)  # None without prefix caching or beyond the hashes
+            if ident is None or ident not in w.cache.registry:
+                break
+            h += 1
+        return h
+
+    def route(r):  # R12: the index of the worker an accepted request joins
+        if policy == "round_robin":  # R13
+            return routed_count[0] % N
+        if policy == "random":  # R15
+            return next(rng) % N
+        if policy == "least_loaded":  # R55
+            costs = [w.outstanding for w in workers]
+        elif policy == "cache_aware":  # R56
+            blocks = ceil_div(r.prompt, B)
+            costs = [
+                prefill_weight * (blocks - cached_at(w, r)) + load_weight * w.load_blocks
+                for w in workers
+            ]
+        else:
+            raise AssertionError("unknown routing policy %r" % policy)
+        best = costs.index(min(costs))  # the lowest cost; of several, the lowest index
+        if caching:  # R57: what the router saw of the worker it chose
+            r.cached_at_routing = cached_at(workers[best], r)
+        return best
 
     def preempt(w, v, preempted):  # R49, the victim's four actions in order
         w.running.remove(v)
@@ -649,7 +766,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                 "batched_tokens": D + P,
                 "shape": {"decode_requests": D, "context_tokens": C, "prefill_tokens": P},
             }
-            if report_version == "3.0":
+            if report_version in ("3.0", "4.0"):
                 entry["kv_blocks_in_use"] = in_use
                 entry["preempted"] = preempted
             trace.append(entry)
@@ -674,6 +791,9 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                 r.running = False
                 r.done_t = now
                 w.completed += 1
+                w.outstanding -= 1  # R54: a completed request is no longer outstanding
+                if w.cache is not None:
+                    w.load_blocks -= ceil_div(r.prompt, B)
                 done.append(r)
             else:
                 keep.append(r)
@@ -717,12 +837,14 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             if r.reason is not None:
                 r.done_t = r.arrival
                 continue
-            n = routed_count[0]
+            wi = route(r)
             routed_count[0] += 1
-            wi = n % N if policy == "round_robin" else next(rng) % N
             w = workers[wi]
             r.worker = wi
             w.routed += 1
+            w.outstanding += 1
+            if kv:
+                w.load_blocks += ceil_div(r.prompt, B)
             w.waiting.append(r)
             w.peak_waiting = max(w.peak_waiting, len(w.waiting))
             maybe_schedule(w, t)
@@ -735,7 +857,8 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
 
 
 def build_report(reqs, workers, trace, kv, report_version):
-    v3 = report_version == "3.0"
+    v3 = report_version in ("3.0", "4.0")  # R52's members
+    v4 = report_version == "4.0"  # R57's member
     first_arrival = min(r.arrival for r in reqs)
     makespan = max(r.done_t for r in reqs) - first_arrival
     req_out = []
@@ -784,6 +907,8 @@ def build_report(reqs, workers, trace, kv, report_version):
         if v3:  # R52
             e["reused_prompt_tokens"] = r.reused
             e["preemptions"] = r.preemptions
+        if v4:  # R57: null when rejected, for other policies and without prefix caching
+            e["cached_blocks_at_routing"] = r.cached_at_routing
         req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
     prompt_tokens = sum(r.prompt for r in completed)
@@ -864,23 +989,24 @@ def main(argv=None):
     rp.add_argument("--describe", action="store_true")
     rp.add_argument(
         "--report-version",
-        choices=["2.0", "3.0"],
+        choices=sorted(READS),
         default="3.0",
-        help="report 3.0 (R31; reads scenario and workload 1.0 and 1.1), or 2.0 for a harness "
-        "that has no released report 3.0 yet (reads them at 1.0 only, R2)",
+        help="report 4.0 (R31; reads scenario 1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (the "
+        "default, for a harness that has no released report 4.0 yet; reads scenario and "
+        "workload 1.0 and 1.1) or 2.0 (reads them at 1.0 only, R2, R38)",
     )
     a = ap.parse_args(argv)
-    input_versions = ["1.0", "1.1"] if a.report_version == "3.0" else ["1.0"]
+    reads = READS[a.report_version]
     if a.describe:  # the conformance handshake (conformance/README.md)
         print(
             json.dumps(
                 {
                     "name": "servesim-independent",
-                    "version": "0.3.0",
+                    "version": "0.4.0",
                     "protocol_version": 2,
                     "schema_versions": {
-                        "scenario": input_versions,
-                        "workload": input_versions,
+                        "scenario": reads["scenario"],
+                        "workload": reads["workload"],
                         "timing_profile": ["1.0", "1.1"],
                         "report": [a.report_version],
                     },
@@ -912,7 +1038,9 @@ def main(argv=None):
             print("error: %s: %s (R40)" % (a.timing_profile, pr), file=sys.stderr)
         return 2
     paths = {"scenario": a.scenario, "workload": a.workload}
-    problems = check_kv(docs["scenario"], docs["workload"], input_versions)
+    problems = check_kv(docs["scenario"], docs["workload"], reads)
+    if not any(pointer == "/schema_version" for _, pointer, _ in problems):
+        problems += check_routing(docs["scenario"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
