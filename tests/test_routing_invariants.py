@@ -32,6 +32,7 @@ import pytest
 
 import servesim
 from servesim_conformance import invariants
+from servesim_conformance.documents import timing_doc
 from servesim_conformance.invariants import InvariantViolation
 
 Document = dict[str, Any]
@@ -289,3 +290,31 @@ def test_the_scenarios_are_valid_1_2() -> None:
     for policy in ("cache_aware", "least_loaded", "round_robin"):
         data = json.dumps(scenario(policy)).encode()
         assert servesim.load_document(data, "s.json", "scenario").version == "1.2"
+
+
+@pytest.mark.parametrize(
+    "policy_scenario",
+    [scenario(), scenario("least_loaded"), scenario(prefill_weight=4)],
+    ids=["cache_aware", "least_loaded", "cache_aware 4:1"],
+)
+def test_the_reference_agrees_with_the_derivation(policy_scenario: Document) -> None:
+    """The reference's report has every member derived above (and for weights 4:1, r2 moved
+    to worker 0), and passes every invariant."""
+    documents = [
+        servesim.load_document(json.dumps(value).encode(), f"{role}.json", role)
+        for role, value in (
+            ("scenario", policy_scenario),
+            ("workload", WORKLOAD),
+            (
+                "timing_profile",
+                timing_doc(step_overhead_ns=1000, prefill_token_ns=0, decode_token_ns=0),
+            ),
+        )
+    ]
+    report = json.loads(servesim.replay_documents(*documents, trace=True))
+    derived = derived_report()
+    if policy_scenario["routing"].get("prefill_weight") == 4:
+        _moved_to_worker_0(derived)
+    for actual, expected in zip(report["requests"], derived["requests"], strict=True):
+        assert {key: actual[key] for key in expected} == expected
+    invariants.check_report(policy_scenario, WORKLOAD, report)
