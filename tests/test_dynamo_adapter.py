@@ -188,12 +188,13 @@ def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:
 def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The adapter writes report 3.0 (R52's members from Dynamo's admissions; no cache, so
-    their no-cache values): the golden report byte for byte, with nothing to migrate."""
+    """The adapter writes report 4.0 (R52's members from Dynamo's admissions; no cache, so
+    their no-cache values; R57's null under round robin): the golden report byte for byte,
+    with nothing to migrate."""
     code, report = replay_with_fixture(case, tmp_path, monkeypatch)
     assert code == cli.EXIT_OK
     written = report.read_bytes()
-    assert json.loads(written)["schema_version"] == "3.0"
+    assert json.loads(written)["schema_version"] == "4.0"
     expected = (GOLDEN / case / "expected-report.json").read_bytes()
     assert written == expected
     assert at_current_version(written) == expected
@@ -297,10 +298,11 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     assert description["protocol_version"] == 2
 
 
-def test_describe_reads_workload_1_1_writes_report_3_0_and_not_scenario_1_1() -> None:
-    """R53: report 3.0; scenario 1.1 only adds kv_cache, which the adapter cannot state."""
+def test_describe_reads_workload_1_1_writes_report_4_0_and_not_scenario_1_1_or_1_2() -> None:
+    """R53, R57: report 4.0; scenario 1.1 only adds kv_cache, which the adapter cannot state,
+    and 1.2 only the state-aware policies, which it refuses (R38 would then ask for 4.0)."""
     versions = cli.description()["schema_versions"]
-    assert versions["report"] == ["3.0"]
+    assert versions["report"] == ["4.0"]
     assert versions["workload"] == ["1.0", "1.1"]
     assert versions["scenario"] == ["1.0"]
 
@@ -343,6 +345,29 @@ def test_scenario_with_a_kv_cache_is_refused_by_name_without_running_dynamo(
     error = capsys.readouterr().err
     assert "unsupported feature kv_cache" in error
     assert "peak_blocks_in_use" in error
+    assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.parametrize("policy", ["least_loaded", "cache_aware"])
+def test_state_aware_routing_is_refused_by_name_without_running_dynamo(
+    policy: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Section 12: Dynamo's kv_router breaks ties at random, unseeded, so a scenario 1.2 with
+    a state-aware policy exits 2 naming the policy, never a report that cannot be compared."""
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: pytest.fail("Dynamo was run"))
+    docs = documents("dynamo-fixed-smoke")
+    scenario = dict(with_cache(docs["scenario"], True), schema_version="1.2")
+    if policy == "least_loaded":
+        del scenario["kv_cache"]
+    scenario["routing"] = {"policy": policy}
+    code = cli.main(write_case(tmp_path, scenario, docs["workload"]))
+    assert code == cli.EXIT_INVALID
+    error = capsys.readouterr().err
+    assert f"unsupported feature routing.{policy}" in error
+    assert "ties at random" in error
     assert not (tmp_path / "report.json").exists()
 
 

@@ -138,6 +138,36 @@ def test_r54_least_loaded_sees_the_completion_of_its_instant(tmp_path: Path) -> 
     assert report["requests"][2]["first_scheduled_us"] == 1
 
 
+# R14's test vectors for seed 42: its first three draws.
+SEED_42_DRAWS = [0xBDD732262FEB6E95, 0x28EFE333B266F103, 0x47526757130F9F52]
+
+
+def test_r58_a_seed_picks_among_the_tied_workers(tmp_path: Path) -> None:
+    """Four idle workers, least_loaded with seed 42, three requests at 0. The first ties on all
+    four: draw 1 mod 4 = 1. The second ties on [0, 2, 3]: draw 2 mod 3 = 1, worker 2. The third
+    ties on [0, 3]: draw 3 mod 2 = 0, worker 0. Without the seed: 0, 1, 2."""
+    assert [SEED_42_DRAWS[0] % 4, SEED_42_DRAWS[1] % 3, SEED_42_DRAWS[2] % 2] == [1, 1, 0]
+    wl = workload(*(request(name, 0, 4, 5) for name in "abc"))
+    code, _, report = run(tmp_path, scenario({"policy": "least_loaded", "seed": 42}, 4), wl)
+    assert code == 0
+    assert placed(report) == {"a": (1, None), "b": (2, None), "c": (0, None)}
+    code, _, report = run(tmp_path, scenario({"policy": "least_loaded"}, 4), wl)
+    assert placed(report) == {"a": (0, None), "b": (1, None), "c": (2, None)}
+
+
+def test_r58_every_routed_request_draws_and_a_rejected_one_does_not(tmp_path: Path) -> None:
+    """Two workers, seed 42. a ties on [0, 1]: draw 1 is odd, worker 1. z (empty prompt) is
+    rejected and draws nothing. b has a single least loaded worker, 0, and still takes draw 2.
+    c ties on [0, 1] with draw 3, even: worker 0 (with draw 2, odd, it would be worker 1)."""
+    assert [SEED_42_DRAWS[0] % 2, SEED_42_DRAWS[1] % 2, SEED_42_DRAWS[2] % 2] == [1, 1, 0]
+    wl = workload(
+        request("a", 0, 4, 5), request("z", 0, 0, 5), request("b", 0, 4, 5), request("c", 0, 4, 5)
+    )
+    code, _, report = run(tmp_path, scenario({"policy": "least_loaded", "seed": 42}), wl)
+    assert code == 0
+    assert placed(report) == {"a": (1, None), "z": (None, None), "b": (0, None), "c": (0, None)}
+
+
 @pytest.mark.parametrize(
     ("weights", "y_worker", "y_cached", "y_reused"),
     [
@@ -262,9 +292,11 @@ def test_report_3_0_has_no_routing_member_and_reads_no_scenario_1_2(tmp_path: Pa
 @pytest.mark.parametrize(
     ("routing", "kv", "version", "pointer"),
     [
+        ({"policy": "least_outstanding"}, None, "1.2", "/routing/policy"),
         ({"policy": "least_loaded"}, None, "1.1", "/routing/policy"),
         ({"policy": "cache_aware"}, KV, "1.1", "/routing/policy"),
-        ({"policy": "least_loaded", "seed": 1}, None, "1.2", "/routing/seed"),
+        ({"policy": "least_loaded", "seed": 2**64}, None, "1.2", "/routing/seed"),
+        ({"policy": "cache_aware", "seed": -1}, KV, "1.2", "/routing/seed"),
         ({"policy": "least_loaded", "load_weight": 1}, None, "1.2", "/routing/load_weight"),
         ({"policy": "round_robin", "prefill_weight": 1}, None, "1.2", "/routing/prefill_weight"),
         ({"policy": "cache_aware", "load_weight": 65537}, KV, "1.2", "/routing/load_weight"),

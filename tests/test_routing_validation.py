@@ -47,10 +47,6 @@ EXPECTED: dict[str, tuple[str, str]] = {
         "/routing/policy",
         'expected "cache_aware"; found "least_loaded", because \'load_weight\' is present',
     ),
-    "route-seed-with-least-loaded": (
-        "/routing/policy",
-        'expected "random"; found "least_loaded", because \'seed\' is present',
-    ),
     "route-cache-aware-without-kv-cache": (
         "",
         'missing kv_cache: policy "cache_aware" (at /routing/policy) needs kv_cache with '

@@ -1,4 +1,4 @@
-"""Hand-derived tests of state-aware routing (SPEC.md section 12, R54 to R57).
+"""Hand-derived tests of state-aware routing (SPEC.md section 12, R54 to R58).
 
 Every expected value is worked out from SPEC.md in the comment above it. The timing profile is
 ``test_hand_derived``'s round-number one, so by R22
@@ -192,6 +192,34 @@ def test_r55_least_loaded_counts_requests_not_tokens() -> None:
     )
     result = simulate(scenario("least_loaded", blocks=None), wl, PROFILE)
     assert workers_of(result) == {"a": 0, "b": 1, "c": 0, "d": 1}
+
+
+# --- R58: ties ----------------------------------------------------------------------------
+
+
+def test_r58_a_seed_breaks_ties_by_a_splitmix64_draw() -> None:
+    # Four idle workers, no cache, four requests at 0 with seed 42, whose first draws (R14's
+    # test vector) are 0x...6E95, 0x...F103, 0x...9F52. a: all four tied, z mod 4 = 1 -> w1;
+    # b: w0, w2, w3 tied, z mod 3 = 1 -> w2 (the second of them); c: w0, w3 tied, z mod 2 = 0
+    # -> w0; d: w3 alone has 0 outstanding, so it joins w3 whatever its draw. Without a seed
+    # the ties go to the lowest index: w0, w1, w2, then w3.
+    wl = workload(("a", 0, 10, 50), ("b", 0, 10, 50), ("c", 0, 10, 50), ("d", 0, 10, 50))
+    seeded = simulate(scenario("least_loaded", workers=4, blocks=None, seed=42), wl, PROFILE)
+    assert workers_of(seeded) == {"a": 1, "b": 2, "c": 0, "d": 3}
+    plain = simulate(scenario("least_loaded", workers=4, blocks=None), wl, PROFILE)
+    assert workers_of(plain) == {"a": 0, "b": 1, "c": 2, "d": 3}
+    # cache_aware, same draws: with no cache hit and no load every worker costs the same
+    cached = simulate(scenario("cache_aware", workers=4, seed=42), wl, PROFILE)
+    assert [cached.requests[n].worker for n in range(3)] == [1, 2, 0]
+
+
+def test_r58_every_routed_request_takes_a_draw_even_without_a_tie() -> None:
+    # Two workers, seed 42. a at 0: both tied, z1 mod 2 = 1 -> w1. b at 0: w0 alone has 0,
+    # -> w0, but it takes z2. c at 0: both have 1, tied, z3 mod 2 = 0 -> w0. Were b to skip
+    # its draw, c would take z2 (mod 2 = 1) and join w1.
+    wl = workload(("a", 0, 10, 50), ("b", 0, 10, 50), ("c", 0, 10, 50))
+    result = simulate(scenario("least_loaded", workers=2, blocks=None, seed=42), wl, PROFILE)
+    assert workers_of(result) == {"a": 1, "b": 0, "c": 0}
 
 
 # --- R56: cache aware --------------------------------------------------------------------

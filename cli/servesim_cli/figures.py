@@ -90,8 +90,8 @@ class WorkerSpread:
 
 @dataclass(frozen=True)
 class KvCacheFigures:
-    """What the report says of the workers' KV caches (R52); only a report 3.0 of a scenario
-    with ``kv_cache`` has them."""
+    """What the report says of the workers' KV caches (R52); only a report 3.0 or later of a
+    scenario with ``kv_cache`` has them."""
 
     reused_prompt_tokens: int
     #: Reused over all prompt tokens of completed requests, exact (R52 writes it rounded).
@@ -170,7 +170,7 @@ def read_figures(path: str | Path) -> ReportFigures:
     """The figures of the report file at ``path``.
 
     Raises ``InvalidInput`` (problems naming the file and a JSON pointer) for a file that is not
-    a readable report of a version this package reads (R2: 1.0, 2.0 or 3.0). What the figures do not
+    a readable report of a version this package reads (R2: 1.0 to 4.0). What the figures do not
     use is not checked (``servesim validate`` checks a whole report).
     """
     file = str(path)

@@ -98,7 +98,7 @@ def _request(entry: Any, index: int, file: str) -> RequestTimeline | None:
 
 
 def read_report(path: str | Path) -> ReportView:
-    """Read a report (3.0, or 2.0 or 1.0: the members used here are the same) for the figures.
+    """Read a report (4.0, or 3.0, 2.0 or 1.0: the members used here are the same) for the figures.
 
     Raises ``InvalidInput`` naming the file and the JSON pointer of a missing or ill-typed
     member. The report is not checked against its whole schema (that takes long on a big

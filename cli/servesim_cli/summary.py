@@ -176,7 +176,7 @@ def as_json(figures: ReportFigures) -> dict[str, Any]:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report", metavar="REPORT", help="a report file (1.0, 2.0 or 3.0)")
+    parser.add_argument("report", metavar="REPORT", help="a report file (1.0, 2.0, 3.0 or 4.0)")
     parser.add_argument(
         "--json",
         action="store_true",

@@ -39,7 +39,8 @@ class Workload:
 
 @dataclass(frozen=True, slots=True)
 class Routing:
-    """The routing policy; ``seed`` is set exactly when ``policy`` is ``"random"``.
+    """The routing policy; ``seed`` is set when ``policy`` is ``"random"`` (R15), and may be set
+    for the state-aware policies, whose ties it breaks (R58).
 
     The weights are R56's; they are read only by ``"cache_aware"`` (1 when the scenario leaves
     them out, as R56 says).

@@ -149,27 +149,49 @@ class RandomRouter:
         return self._generator.next() % self._workers
 
 
+class SeededTies:
+    """R58: with ``routing.seed``, each request a state-aware policy routes takes one
+    SplitMix64 draw z, tie or not, and joins the tied worker at position z mod t."""
+
+    __slots__ = ("_generator",)
+
+    def __init__(self, seed: int) -> None:
+        self._generator = SplitMix64(seed)
+
+    def pick(self, tied: list[int]) -> int:
+        """One of ``tied`` (the tied workers, in index order), by the next draw."""
+        return tied[self._generator.next() % len(tied)]
+
+
 class LeastLoadedRouter:
-    """R55: the worker with the fewest outstanding requests; of several, the lowest index.
+    """R55: the worker with the fewest outstanding requests; of several, the lowest index, or
+    with a seed the one R58's draw picks.
 
     The counts are kept in order as they change (``LowestFirst``), so that a fleet of
-    thousands of workers is not scanned at every arrival.
+    thousands of workers is not scanned at every arrival (with a seed every tied worker is
+    needed, so the fleet is scanned then).
     """
 
-    __slots__ = ("_by_outstanding",)
+    __slots__ = ("_by_outstanding", "_ties")
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, ties: SeededTies | None = None) -> None:
         self._by_outstanding = LowestFirst(workers)  # every worker starts with none
+        self._ties = ties
 
     def counters_changed(self, fleet: Fleet, worker: int) -> None:
         self._by_outstanding.update(worker, fleet.outstanding(worker))
 
     def route(self, fleet: Fleet) -> int:
-        return self._by_outstanding.least()
+        least = self._by_outstanding.least()
+        if self._ties is None:
+            return least
+        fewest = fleet.outstanding(least)
+        return self._ties.pick([w for w in range(fleet.size) if fleet.outstanding(w) == fewest])
 
 
 class CacheAwareRouter:
-    """R56: the worker with the lowest cost, of several the lowest index, where
+    """R56: the worker with the lowest cost, of several the lowest index (or with a seed the
+    one R58 draws), where
 
         cost(w) = prefill_weight * (prompt blocks - cached(w, r)) + load_weight * load_blocks(w)
 
@@ -181,12 +203,15 @@ class CacheAwareRouter:
     worker at every arrival: the load blocks are kept in order as they change.
     """
 
-    __slots__ = ("_by_load", "_load_weight", "_prefill_weight")
+    __slots__ = ("_by_load", "_load_weight", "_prefill_weight", "_ties")
 
-    def __init__(self, workers: int, prefill_weight: int, load_weight: int) -> None:
+    def __init__(
+        self, workers: int, prefill_weight: int, load_weight: int, ties: SeededTies | None = None
+    ) -> None:
         self._prefill_weight = prefill_weight
         self._load_weight = load_weight
         self._by_load = LowestFirst(workers)  # every worker starts with no load
+        self._ties = ties
 
     def cost(self, prompt_blocks: int, cached: int, load_blocks: int) -> int:
         """R56's cost of a worker with ``cached`` blocks of the request's ``prompt_blocks``
@@ -215,11 +240,27 @@ class CacheAwareRouter:
 
     def route(self, fleet: Fleet) -> int:
         prompt_blocks = fleet.prompt_blocks()
+        if self._ties is not None:
+            return self._ties.pick(self._tied(fleet, prompt_blocks))
 
         def cost(worker: int) -> int:
             return self.cost(prompt_blocks, fleet.cached(worker), fleet.load_blocks(worker))
 
         return min(sorted(self.candidates(fleet)), key=cost)  # min keeps the first of equals
+
+    def _tied(self, fleet: Fleet, prompt_blocks: int) -> list[int]:
+        """Every worker of the lowest cost, in index order (R58 draws among them)."""
+        may_have_cached = fleet.may_have_cached()
+        costs = [
+            self.cost(
+                prompt_blocks,
+                fleet.cached(worker) if worker in may_have_cached else 0,
+                fleet.load_blocks(worker),
+            )
+            for worker in range(fleet.size)
+        ]
+        lowest = min(costs)
+        return [worker for worker, cost in enumerate(costs) if cost == lowest]
 
 
 def make_router(routing: Routing, workers: int) -> Router:
@@ -227,8 +268,9 @@ def make_router(routing: Routing, workers: int) -> Router:
     if routing.policy == "random":
         assert routing.seed is not None  # guaranteed by the schema (R3)
         return RandomRouter(workers, routing.seed)
+    ties = None if routing.seed is None else SeededTies(routing.seed)
     if routing.policy == "least_loaded":
-        return LeastLoadedRouter(workers)
+        return LeastLoadedRouter(workers, ties)
     if routing.policy == "cache_aware":
-        return CacheAwareRouter(workers, routing.prefill_weight, routing.load_weight)
+        return CacheAwareRouter(workers, routing.prefill_weight, routing.load_weight, ties)
     return RoundRobinRouter(workers)

@@ -58,7 +58,8 @@ class RequestState:
     """R47: its identified blocks' identities, found when first needed with a cache (at its
     routing by a state-aware policy, R54, or else at its first admission)."""
     cached_blocks_at_routing: int | None = None
-    """R54, R57: cached(w, r) at the worker it joined, when a state-aware policy routed it with prefix caching on."""
+    """R54, R57: cached(w, r) at the worker it joined, when a state-aware policy routed it
+    with prefix caching on."""
 
     def __post_init__(self) -> None:
         self.prefill_target = self.request.prompt_tokens

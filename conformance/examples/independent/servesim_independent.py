@@ -400,7 +400,16 @@ def check_routing(scn):
         return probs
     policy = routing.get("policy")
     version = scn.get("schema_version")
-    if policy in STATE_AWARE and version != "1.2":
+    if policy not in ("round_robin", "random", *STATE_AWARE):
+        probs.append(
+            (
+                "scenario",
+                "/routing/policy",
+                '"round_robin", "random" or (scenario 1.2) "least_loaded" or "cache_aware" '
+                "(R3); got %s" % json.dumps(policy),
+            )
+        )
+    elif policy in STATE_AWARE and version != "1.2":
         probs.append(
             (
                 "scenario",
@@ -413,6 +422,10 @@ def check_routing(scn):
         ptr = "/routing/" + m.replace("~", "~0").replace("/", "~1")
         if m == "policy" or (policy not in STATE_AWARE and m not in WEIGHTS):
             continue  # round_robin and random: their members are not checked here
+        if m == "seed":  # R58: a state-aware policy may have a seed
+            if not is_int(routing[m], 0, 2**64 - 1):
+                probs.append(("scenario", ptr, "an integer 0 to 2^64-1 (R3, R58)"))
+            continue
         if m not in WEIGHTS:
             probs.append(
                 (
@@ -549,7 +562,8 @@ def uncovered_message(tp, tp_path, shape, worker, start):  # R43's stderr messag
 def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.0"):
     N = scn["fleet"]["workers"]
     policy = scn["routing"]["policy"]
-    rng = splitmix(scn["routing"]["seed"]) if policy == "random" else None
+    # R15, R58: one generator for the run, with "random" or a state-aware policy with a seed
+    rng = splitmix(scn["routing"]["seed"]) if "seed" in scn["routing"] else None
     prefill_weight = scn["routing"].get("prefill_weight", 1)  # R56: 1 when absent
     load_weight = scn["routing"].get("load_weight", 1)
     sch = scn["scheduler"]
@@ -618,7 +632,10 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             ]
         else:
             raise AssertionError("unknown routing policy %r" % policy)
-        best = costs.index(min(costs))  # the lowest cost; of several, the lowest index
+        # R58: the tied workers in index order; the lowest index, or the one a draw picks (each
+        # routed request takes a draw when there is a seed, tie or not)
+        tied = [i for i, c in enumerate(costs) if c == min(costs)]
+        best = tied[0] if rng is None else tied[next(rng) % len(tied)]
         if caching:  # R57: what the router saw of the worker it chose
             r.cached_at_routing = cached_at(workers[best], r)
         return best

@@ -48,8 +48,11 @@ def description() -> dict[str, Any]:
     per-pass membership). ``synthetic_linear``, a baseline kind, is refused case by case.
     Scenario 1.1 is not declared: its one addition, ``kv_cache``, asks for figures Dynamo does
     not record (R52's blocks in use; kv.py), so cases with a cache are skipped, and refused by
-    name if given anyway. Workload 1.1 is: without a cache its ``prefix_hashes`` change nothing
-    (R47, R53). The report is 3.0 (R53), its cache members those of a replay without a cache.
+    name if given anyway. Nor is scenario 1.2: its additions, the state-aware policies
+    ``least_loaded`` and ``cache_aware``, are refused by name (``mapping.check_scenario``), so
+    its cases are skipped. Workload 1.1 is: without a cache its ``prefix_hashes`` change nothing
+    (R47, R53). The report is 4.0 (R57), its cache members those of a replay without a cache
+    and ``cached_blocks_at_routing`` null (round robin).
     """
     return {
         "name": NAME,
@@ -59,7 +62,7 @@ def description() -> dict[str, Any]:
             "scenario": ["1.0"],
             "workload": ["1.0", "1.1"],
             "timing_profile": ["1.0", "1.1"],
-            "report": ["3.0"],
+            "report": ["4.0"],
         },
         "features": ["timing.grid"],
     }

@@ -105,6 +105,8 @@ def _request_entry(request: dict[str, Any], timeline: Timeline) -> dict[str, Any
         "token_times_us": list(tokens),
         "reused_prompt_tokens": timeline.cache.reused_prompt_tokens if completed else 0,
         "preemptions": timeline.cache.preemptions,
+        # R57: null, for the adapter routes only by round robin (mapping.check_scenario)
+        "cached_blocks_at_routing": None,
     }
     if completed:
         arrival = request["arrival_us"]
@@ -209,7 +211,7 @@ def build_report(
     digests["timing_profile"]["calibration"] = calibration
     return {
         "document": "report",
-        "schema_version": "3.0",
+        "schema_version": "4.0",
         "inputs": digests,
         "summary": summary,
         "workers": workers,
