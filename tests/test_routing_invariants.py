@@ -318,3 +318,18 @@ def test_the_reference_agrees_with_the_derivation(policy_scenario: Document) -> 
     for actual, expected in zip(report["requests"], derived["requests"], strict=True):
         assert {key: actual[key] for key in expected} == expected
     invariants.check_report(policy_scenario, WORKLOAD, report)
+
+
+def test_a_seeded_least_loaded_tie_follows_the_draw() -> None:
+    # R58: seed 42's first draw is 0xBDD732262FEB6E95 (R14), odd: r0's tie of 2 goes to
+    # worker 1; r1 and r2 then find worker 0 alone least loaded (each still takes a draw)
+    draw = 0xBDD732262FEB6E95
+    assert draw % 2 == 1
+    seeded = scenario("least_loaded", seed=42)
+    report = derived_report()
+    with pytest.raises(InvariantViolation, match=r"^R55: r0 at 0: joined worker 0"):
+        invariants.check_least_loaded(seeded, WORKLOAD, report)
+    _set("r0", "worker", 1)(report)
+    _set("r1", "worker", 0)(report)
+    _set("r2", "worker", 0)(report)  # r1 completed at 1, r0 not: worker 0 is free
+    invariants.check_least_loaded(seeded, WORKLOAD, report)

@@ -12,7 +12,7 @@ checked wherever that range decides the choice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from servesim_conformance.kv_invariants import cache_of, identified_blocks
@@ -31,6 +31,26 @@ def reports_cached_blocks(scenario: Document) -> bool:
     cache whose prefix caching is on (and then for every accepted request)."""
     cache = cache_of(scenario)
     return policy_of(scenario) in STATE_AWARE and cache is not None and cache["prefix_caching"]
+
+
+def seeded_draws(scenario: Document) -> Iterator[int] | None:
+    """R58: with ``routing.seed`` a state-aware policy takes one SplitMix64 draw (R14) per
+    routed request, in arrival order; None without a seed (ties go to the lowest index)."""
+    seed = scenario["routing"].get("seed")
+    if seed is None:
+        return None
+    return _splitmix64(seed)
+
+
+def _splitmix64(seed: int) -> Iterator[int]:
+    """R14, restated."""
+    mask, state = (1 << 64) - 1, seed
+    while True:
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        yield z ^ (z >> 31)
 
 
 def weights(scenario: Document) -> tuple[int, int]:
@@ -174,15 +194,17 @@ def check_cached_blocks_reported(scenario: Document, workload: Document, report:
 
 
 def check_least_loaded(scenario: Document, workload: Document, report: Document) -> None:
-    """R54, R55: each accepted request joins the lowest-index worker of fewest outstanding
-    requests at its arrival."""
+    """R54, R55, R58: each accepted request joins a worker of fewest outstanding requests at its
+    arrival: the lowest-index one, or with a seed the tied worker its draw picks."""
     if policy_of(scenario) != "least_loaded":
         return
     fleet = _fleet(scenario, workload, report)
+    draws = seeded_draws(scenario)
     for item in routed_in_arrival_order(scenario, workload, report):
         now, chosen = item.request["arrival_us"], item.entry["worker"]
         counts = [len(fleet.outstanding(w, now)) for w in range(fleet.workers)]
-        expected = counts.index(min(counts))
+        tied = [w for w, count in enumerate(counts) if count == min(counts)]
+        expected = tied[0] if draws is None else tied[next(draws) % len(tied)]
         require(
             chosen == expected,
             "R55",
@@ -227,11 +249,14 @@ def check_cached_blocks_at_routing(
 
 
 def check_cache_aware(scenario: Document, workload: Document, report: Document) -> None:
-    """R54, R56: no worker certainly cheaper than the chosen one, nor certainly as cheap with a
-    lower index. The chosen worker's cost is exact (its cached blocks are reported, its load is
-    rebuilt); another's lies between the costs ``Fleet.cached_bounds`` give."""
+    """R54, R56, R58: no worker certainly cheaper than the chosen one, nor (without a seed, when
+    ties go to the lowest index) certainly as cheap with a lower index. The chosen worker's cost
+    is exact (its cached blocks are reported, its load is rebuilt); another's lies between the
+    costs ``Fleet.cached_bounds`` give. (With a seed the tied set is not known exactly, so the
+    draw is not checked.)"""
     if policy_of(scenario) != "cache_aware":
         return
+    seeded = scenario["routing"].get("seed") is not None
     fleet = _fleet(scenario, workload, report)
     for item in routed_in_arrival_order(scenario, workload, report):
         now, chosen, rid = item.request["arrival_us"], item.entry["worker"], item.entry["id"]
@@ -242,7 +267,7 @@ def check_cache_aware(scenario: Document, workload: Document, report: Document) 
             least, _ = fleet.cached_bounds(worker, item)
             most_cost = _cost(scenario, fleet, item, worker, least)
             require(
-                most_cost > paid or (most_cost == paid and worker > chosen),
+                most_cost > paid or (most_cost == paid and (seeded or worker > chosen)),
                 "R56",
                 f"{rid} at {now}: joined worker {chosen} at cost {paid}, but worker {worker} "
                 f"costs at most {most_cost}",

@@ -381,13 +381,17 @@ def routing_weights(draw: st.DrawFn) -> dict[str, int]:
 
 @st.composite
 def routings(draw: st.DrawFn) -> dict[str, Any]:
-    """A scenario 1.2 ``routing`` member of any policy; shrinks towards ``least_loaded``."""
+    """A scenario 1.2 ``routing`` member of any policy, a state-aware one seeded half the time
+    (R58); shrinks towards ``least_loaded`` without a seed."""
     policy = draw(st.sampled_from(ROUTING_POLICIES))
     if policy == "random":
         return {"policy": policy, "seed": draw(st.integers(0, 2**64 - 1))}
+    routing: dict[str, Any] = {"policy": policy}
     if policy == "cache_aware":
-        return {"policy": policy, **draw(routing_weights())}
-    return {"policy": policy}
+        routing |= draw(routing_weights())
+    if policy in ("least_loaded", "cache_aware") and draw(st.booleans()):
+        routing["seed"] = draw(st.integers(0, 2**64 - 1))  # R58: seeded ties
+    return routing
 
 
 @st.composite
