@@ -38,6 +38,9 @@ WEIGHT_PAIRS: tuple[tuple[int, int], ...] = ((1, 4), (4, 1), (16, 1))
 #: The three routers of the README's table, each timed ``REPEATS`` times.
 MAIN = ("round_robin", "least_loaded", "cache_aware (1, 1)")
 
+#: R58's seed for the seeded-tie configurations.
+TIE_SEED = 2024
+
 REUSE_TARGET = 0.9
 BUSY_TARGET = 1.25
 TIME_TARGET = 1.5
@@ -258,6 +261,9 @@ def routing_section(workload: dict[str, Any], scenario: dict[str, Any], replay: 
         "cache_aware (1, 1)": cache_aware_routing(None),
     }
     setups |= {f"cache_aware {pair}": cache_aware_routing(pair) for pair in WEIGHT_PAIRS}
+    # R58: ties by a seeded draw rather than to the lowest index
+    setups["least_loaded seeded"] = {"policy": "least_loaded", "seed": TIE_SEED}
+    setups["cache_aware (1, 1) seeded"] = {**cache_aware_routing(None), "seed": TIE_SEED}
     top = ceiling(
         workload,
         block_tokens=ENGINE_BLOCK_TOKENS,

@@ -327,8 +327,8 @@ def test_the_section_prints_each_router_the_ceiling_and_the_targets(
     # b reuses a's 8 blocks of hash 1 and 1 of hash 2 (10 blocks, R48 caps at 9) of 1,280 tokens
     assert "CEILING (one shared infinite cache, from the trace alone): reuse 0.4500" in printed
     assert all(s["kv_cache"]["blocks"] == 2 * 11 for s in seen)
-    # 3 runs each of the main three, 1 of each other pair, then 2 more of the best
-    assert len(seen) == 3 * 3 + len(bench_routing.WEIGHT_PAIRS) + 2
+    # 3 runs each of the main three, 1 of each other pair and seeded one, 2 more of the best
+    assert len(seen) == 3 * 3 + len(bench_routing.WEIGHT_PAIRS) + 2 + 2
     assert "best cache-aware weights: cache_aware (4, 1)" in printed
     assert "of the ceiling (0.4050): 0.3000, 66.7% of it: MISSED" in printed
     assert "mean busy: 1.091x: MET" in printed
