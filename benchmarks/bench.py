@@ -3,6 +3,7 @@
     python benchmarks/bench.py            # the full set (several minutes)
     python benchmarks/bench.py --short    # what CI runs: small slices, same code paths
     python benchmarks/bench.py --only kv  # the KV cache section alone (benchmarks/bench_kv.py)
+    python benchmarks/bench.py --only routing  # state-aware routing (benchmarks/bench_routing.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default ../shared/traces
 beside the clone. Dynamo's replay, the outside baseline, is installed on first use in its own
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +235,8 @@ def child(arguments: argparse.Namespace) -> None:
         )
     figures["rejected"] = summary["rejected"]
     figures["ttft_p50_us"] = summary["ttft_us"]["p50"]
+    figures["ttft_p99_us"] = summary["ttft_us"]["p99"]
+    figures["busy_us"] = [worker["busy_us"] for worker in report["workers"]]
     figures["makespan_us"] = summary["makespan_us"]
     print(json.dumps(figures))
 
@@ -477,16 +481,37 @@ def kv_section(folder: Path, limit: int | None) -> None:
     from bench_kv import WORKERS, kv_cache_section
 
     print("\n== KV cache and prefix caching (issue 10) ==")
+    hashed, replay = hashed_mooncake(folder, limit, WORKERS)
+    kv_cache_section(hashed, scenario(WORKERS), replay, line)
+
+
+def hashed_mooncake(
+    folder: Path, limit: int | None, workers: int
+) -> tuple[dict[str, Any], Callable[[str, dict[str, Any]], dict[str, Any]]]:
+    """The Mooncake trace with its prefix hashes (tiled to ``limit`` requests), and
+    ``replay(tag, scenario)``: the figures of one replay of it on ``workers`` workers, in a
+    child process, its report deleted at once (a full report is hundreds of MB)."""
     hashed = import_trace("mooncake", folder, prefix_hashes=True)
     hashed = tiled(hashed, limit) if limit else hashed
     name = f"mooncake-hashed-{len(hashed['requests'])}"
 
     def replay(tag: str, setup: dict[str, Any]) -> dict[str, Any]:
-        figures = run(folder, name, hashed, WORKERS, trace=False, setup=(tag, setup))
+        figures = run(folder, name, hashed, workers, trace=False, setup=(tag, setup))
         figures.pop("report").unlink()
         return figures
 
-    kv_cache_section(hashed, scenario(WORKERS), replay, line)
+    return hashed, replay
+
+
+def routing_section(folder: Path, limit: int | None) -> None:
+    """The state-aware routing section (benchmarks/bench_routing.py) on the hashed Mooncake
+    trace: round robin, least loaded and cache aware, against the trace's reuse ceiling."""
+    from bench_routing import WORKERS
+    from bench_routing import routing_section as section
+
+    print("\n== state-aware routing (issue 11) ==")
+    hashed, replay = hashed_mooncake(folder, limit, WORKERS)
+    section(hashed, scenario(WORKERS), replay)
 
 
 def main() -> int:
@@ -508,7 +533,10 @@ def main() -> int:
         "--no-dynamo", action="store_true", help="skip the Dynamo baseline (and its install)"
     )
     parser.add_argument(
-        "--only", choices=["kv"], help="measure only this section (kv: the KV cache, issue 10)"
+        "--only",
+        choices=["kv", "routing"],
+        help="measure only this section (kv: the KV cache, issue 10; routing: state-aware "
+        "routing, issue 11)",
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -535,6 +563,9 @@ def main() -> int:
         print(f"servesim benchmarks ({mode}), python {python}, {os.cpu_count()} cores")
         if arguments.only == "kv":
             kv_section(folder, limit)
+            return 0
+        if arguments.only == "routing":
+            routing_section(folder, limit)
             return 0
         print("\n== real traces ==")
         for source in SOURCES:
@@ -583,6 +614,7 @@ def main() -> int:
         from bench_io import report_tools_section, vidur_section
 
         kv_section(folder, limit)
+        routing_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(folder, short=arguments.short, plain_loop=PLAIN_LOOP)
         print("\n== validate and migrate a mooncake report, 16 workers (issue 16) ==")

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servesim import load_document, replay_documents
 from tests.helpers import REPO, load_module, timing_doc
@@ -163,3 +165,171 @@ def test_the_no_eviction_cache_evicts_nothing_where_a_smaller_one_does() -> None
     assert (counters["evictions"], counters["preemptions"]) == (0, 0)
     assert counters["reused_prompt_tokens"] > 0
     assert _cache_counters(workload, blocks // 4)["evictions"] > 0
+
+
+# --- state-aware routing (benchmarks/bench_routing.py, issue 11) --------------------------------
+
+bench_routing = load_module("bench_routing", REPO / "benchmarks" / "bench_routing.py")
+
+
+def _hashed(rid: str, arrival: int, prompt: int, hashes: list[int]) -> dict[str, Any]:
+    return {**_request(prompt, 3), "id": rid, "arrival_us": arrival, "prefix_hashes": hashes}
+
+
+def _brute_force_hits(requests: list[dict[str, Any]], block: int, hash_block: int) -> list[int]:
+    """R47, R48 the slow way: a set of every identity ``(j, first j // k + 1 hashes)`` seen."""
+    per_hash, seen, hits = hash_block // block, set(), []
+    for request in sorted(requests, key=lambda r: r["arrival_us"]):
+        hashes = request.get("prefix_hashes", [])
+        count = min(request["prompt_tokens"] // block, per_hash * len(hashes))
+        mine = [(j, tuple(hashes[: j // per_hash + 1])) for j in range(count)]
+        hit = 0
+        while hit < min(count, (request["prompt_tokens"] - 1) // block) and mine[hit] in seen:
+            hit += 1
+        hits.append(hit)
+        seen.update(mine)
+    return hits
+
+
+def test_the_ceiling_hits_follow_r47_and_r48_by_hand() -> None:
+    # blocks of 2 tokens, hashed blocks of 4 (k = 2)
+    requests = [
+        _hashed("a", 0, 8, [1, 2]),  # first: nothing before it
+        _hashed("b", 5, 8, [1, 2]),  # all 4 blocks seen, R48 caps at (8 - 1) // 2 = 3
+        _hashed("c", 5, 9, [1, 7, 8]),  # shares hash 1 only: blocks 0 and 1
+        _hashed("d", 9, 3, [1]),  # 1 identified block (3 // 2), cap (3 - 1) // 2 = 1
+        _hashed("e", 9, 4, []),  # no hashes, nothing identified
+        _hashed("f", 9, 11, [1, 7, 8]),  # c's 4 blocks (9 // 2), then block 4 is new
+    ]
+    assert bench_routing.ceiling_hits(requests, block_tokens=2, hash_block_tokens=4) == [
+        0, 3, 2, 1, 0, 4,
+    ]  # fmt: skip
+
+
+def test_a_partly_identified_hashed_block_caps_the_later_hit() -> None:
+    # k = 4: the first request identifies 2 blocks of hash 5, the second would use 4
+    requests = [_hashed("a", 0, 5, [5]), _hashed("b", 1, 9, [5, 6])]
+    assert bench_routing.ceiling_hits(requests, block_tokens=2, hash_block_tokens=8) == [0, 2]
+    # and then the cache knows all 4: a third request with the same prompt reuses them
+    requests.append(_hashed("c", 2, 9, [5, 6]))
+    assert bench_routing.ceiling_hits(requests, block_tokens=2, hash_block_tokens=8)[2] == 4
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 5),
+            st.integers(1, 24),
+            st.lists(st.integers(0, 2), max_size=6),
+        ),
+        max_size=12,
+    ),
+    st.integers(1, 4),
+    st.integers(1, 3),
+)
+def test_the_ceiling_hits_equal_the_brute_force_identity_set(
+    drawn: list[tuple[int, int, list[int]]], block: int, per_hash: int
+) -> None:
+    requests = [
+        _hashed(f"r{index}", arrival, prompt, hashes[: -(-prompt // (block * per_hash))])
+        for index, (arrival, prompt, hashes) in enumerate(drawn)
+    ]
+    ordered = bench_routing.arrival_order(requests)
+    hits = bench_routing.ceiling_hits(
+        ordered, block_tokens=block, hash_block_tokens=block * per_hash
+    )
+    assert hits == _brute_force_hits(requests, block, block * per_hash)
+
+
+def test_one_worker_serving_one_request_at_a_time_reaches_the_ceiling() -> None:
+    # each request arrives after the one before completed, on one worker whose cache never
+    # evicts: its hit at admission is everything computed before it, the ceiling exactly
+    requests = [
+        _hashed(f"r{index}", 1_000_000 * index, 64 * size + extra, hashes)
+        for index, (size, extra, hashes) in enumerate(
+            [(8, 5, [1]), (16, 0, [1, 2]), (16, 9, [1, 2, 3]), (8, 0, [4]), (20, 1, [1, 2, 3])]
+        )
+    ]
+    workload = {
+        "document": "workload",
+        "schema_version": "1.1",
+        "prefix_hash_block_tokens": 512,
+        "requests": requests,
+    }
+    blocks = bench_routing.never_evicting_blocks(requests)
+    scenario = bench_routing.routed_scenario(bench_scenario(1), blocks, {"policy": "round_robin"})
+    scenario["schema_version"] = "1.1"  # round robin is 1.1 too; the reference reads both
+    top = bench_routing.ceiling(
+        workload, block_tokens=64, accepted=bench_routing.accepted_by(scenario)
+    )
+    documents = [
+        load_document(json.dumps(value).encode(), f"{kind}.json", kind)
+        for kind, value in (
+            ("scenario", scenario),
+            ("workload", workload),
+            ("timing_profile", timing_doc()),
+        )
+    ]
+    summary = json.loads(replay_documents(*documents))["summary"]
+    assert summary["kv_cache"]["reused_prompt_tokens"] == top.reused_tokens > 0
+    assert summary["prompt_tokens"] == top.prompt_tokens
+
+
+def test_the_never_evicting_cache_holds_every_request_of_the_trace() -> None:
+    requests = [_request(64, 1), _request(1, 1), _request(128, 64)]  # 2, 1 and 3 blocks of 64
+    assert bench_routing.never_evicting_blocks(requests) == 6
+
+
+def test_the_routed_scenarios_are_valid_scenarios_1_2() -> None:
+    for routing in (
+        {"policy": "round_robin"},
+        {"policy": "least_loaded"},
+        bench_routing.cache_aware_routing(None),
+        *(bench_routing.cache_aware_routing(pair) for pair in bench_routing.WEIGHT_PAIRS),
+    ):
+        scenario = bench_routing.routed_scenario(bench_scenario(16), 4096, routing)
+        document = load_document(json.dumps(scenario).encode(), "s.json", "scenario")
+        assert document.version == "1.2"
+
+
+def _router_run(reuse: float, spread: list[int], cpu: float) -> dict[str, Any]:
+    return {
+        "wall_s": 2 * cpu,
+        "cpu_s": cpu,
+        "kv_cache": {"prefix_reuse_ratio": reuse},
+        "ttft_p50_us": 150_000,
+        "ttft_p99_us": 2_500_000,
+        "busy_us": spread,
+    }
+
+
+def test_the_section_prints_each_router_the_ceiling_and_the_targets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seen: list[dict[str, Any]] = []
+    by_policy = {
+        "round_robin": _router_run(0.10, [10, 10], 1.0),
+        "least_loaded": _router_run(0.11, [10, 11], 1.1),
+        "cache_aware": _router_run(0.20, [10, 30], 1.2),  # (1, 1): busy 1.5x the mean
+    }
+
+    def replay(tag: str, scenario: dict[str, Any]) -> dict[str, Any]:
+        seen.append(scenario)
+        routing = scenario["routing"]
+        if routing.get("prefill_weight") == 4:  # meets reuse and balance
+            return _router_run(0.30, [10, 12], 2.0)
+        return by_policy[routing["policy"]]
+
+    requests = [_hashed("a", 0, 640, [1, 2]), _hashed("b", 1, 640, [1, 2])]
+    workload = {"prefix_hash_block_tokens": 512, "requests": requests}
+    bench_routing.routing_section(workload, bench_scenario(16), replay)
+    printed = capsys.readouterr().out
+    # b reuses a's 8 blocks of hash 1 and 1 of hash 2 (10 blocks, R48 caps at 9) of 1,280 tokens
+    assert "CEILING (one shared infinite cache, from the trace alone): reuse 0.4500" in printed
+    assert all(s["kv_cache"]["blocks"] == 2 * 11 for s in seen)
+    # 3 runs each of the main three, 1 of each other pair and seeded one, 2 more of the best
+    assert len(seen) == 3 * 3 + len(bench_routing.WEIGHT_PAIRS) + 2 + 2
+    assert "best cache-aware weights: cache_aware (4, 1)" in printed
+    assert "of the ceiling (0.4050): 0.3000, 66.7% of it: MISSED" in printed
+    assert "mean busy: 1.091x: MET" in printed
+    assert "round robin: CPU 2.00x, wall 2.00x: MISSED" in printed

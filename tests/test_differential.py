@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -31,6 +32,7 @@ from servesim_conformance.strategies import (
     measured_input_triples,
     measured_timing_profiles,
     narrow_measured_input_triples,
+    routed_input_triples,
     scenarios,
     timing_profiles,
     workloads,
@@ -120,6 +122,27 @@ def test_reference_equals_plain_loop_with_a_kv_cache(documents: Documents) -> No
 @settings(max_examples=100)
 @given(kv_input_triples(max_workers=2, max_requests=30))
 def test_reference_equals_plain_loop_with_a_kv_cache_on_longer_workloads(
+    documents: Documents,
+) -> None:
+    assert reference_report(documents, trace=False) == plain_report(documents, trace=False)
+
+
+#: Examples of the state-aware differential test (a third of it on longer workloads);
+#: SERVESIM_ROUTING_EXAMPLES=3000 runs a large batch.
+ROUTING_EXAMPLES = int(os.environ.get("SERVESIM_ROUTING_EXAMPLES", "150"))
+
+
+@settings(max_examples=ROUTING_EXAMPLES)
+@given(routed_input_triples())
+def test_reference_equals_plain_loop_with_state_aware_routing(documents: Documents) -> None:
+    """Section 12 on 1 to 5 workers with shared prefixes, tight caches now and then: the plain
+    loop's routers were written from SPEC.md alone."""
+    assert reference_report(documents) == plain_report(documents)
+
+
+@settings(max_examples=max(ROUTING_EXAMPLES // 3, 1))
+@given(routed_input_triples(max_workers=3, max_requests=30))
+def test_reference_equals_plain_loop_with_state_aware_routing_on_longer_workloads(
     documents: Documents,
 ) -> None:
     assert reference_report(documents, trace=False) == plain_report(documents, trace=False)

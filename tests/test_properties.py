@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 import servesim
@@ -21,6 +21,7 @@ from servesim_conformance.strategies import (
     input_triples,
     kv_input_triples,
     measured_input_triples,
+    routed_input_triples,
     scenarios,
     timing_profiles,
     workloads,
@@ -43,9 +44,11 @@ def run(documents: Documents, *, trace: bool = True) -> bytes:
     )
 
 
-#: Every kind of timing profile: synthetic (R22) and measured (R41, R42), and runs with a KV
-#: cache under memory pressure (section 11).
-any_input_triples = st.one_of(input_triples(), measured_input_triples(), kv_input_triples())
+#: Every kind of timing profile: synthetic (R22) and measured (R41, R42), runs with a KV cache
+#: under memory pressure (section 11), and state-aware routing (section 12).
+any_input_triples = st.one_of(
+    input_triples(), measured_input_triples(), kv_input_triples(), routed_input_triples()
+)
 
 
 @given(any_input_triples)
@@ -183,3 +186,62 @@ def test_r4_r5_broken_cache_and_hash_members_are_invalid(case: tuple[str, Docume
     _fault, documents = case
     with pytest.raises(servesim.InvalidInput):
         run(documents)
+
+
+# --- State-aware routing (SPEC.md section 12) ---------------------------------------------------
+
+
+@given(routed_input_triples())
+def test_r54_r57_every_invariant_holds_with_state_aware_routing(documents: Documents) -> None:
+    """Sections 3 to 7, 11 and 12 together on 1 to 5 workers with shared prefixes: least_loaded
+    rebuilt from the report, cached blocks at routing within what the worker's earlier requests
+    left, no worker certainly cheaper than cache_aware's choice (R54 to R57)."""
+    scenario, workload, _ = documents
+    invariants.check_report(scenario, workload, json.loads(run(documents)))
+
+
+@given(routed_input_triples(), st.integers(1, 10**9))
+def test_shifting_every_arrival_shifts_every_time_with_state_aware_routing(
+    documents: Documents, shift: int
+) -> None:
+    """Metamorphic (R6, R7, R54): what a router sees depends on no clock, only on order."""
+    check_shifted_arrivals(*documents, shift)
+
+
+@given(routed_input_triples())
+def test_r54_a_one_worker_fleet_routes_everything_to_it(documents: Documents) -> None:
+    """R55, R56: with one worker every policy is round robin's choice, so the report is round
+    robin's but for the scenario's digest and ``cached_blocks_at_routing`` (R57)."""
+    scenario, workload, timing = documents
+    one = {**scenario, "fleet": {"workers": 1}}
+    routed = json.loads(run((one, workload, timing)))
+    plain = json.loads(run(({**one, "routing": {"policy": "round_robin"}}, workload, timing)))
+    for report in (routed, plain):
+        report["inputs"]["scenario"] = None
+        for entry in report["requests"]:
+            entry["cached_blocks_at_routing"] = None
+    assert routed == plain
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        pytest.param(lambda s: s["routing"].get("prefill_weight") == 0, id="prefill weight 0"),
+        pytest.param(lambda s: s["routing"].get("load_weight") == 0, id="load weight 0"),
+        pytest.param(lambda s: s["fleet"]["workers"] == 5, id="5 workers"),
+        pytest.param(
+            lambda s: s["routing"]["policy"] == "least_loaded" and "kv_cache" not in s,
+            id="least loaded without a cache",
+        ),
+        pytest.param(lambda s: s["routing"]["policy"] == "random", id="random"),
+    ],
+)
+def test_the_routed_strategy_reaches_every_kind_of_fleet(wanted: Any) -> None:
+    """The strategy draws what section 12 needs tested (hypothesis.find fails if it cannot)."""
+    scenario, _, _ = find(
+        routed_input_triples(),
+        lambda documents: wanted(documents[0]),
+        settings=settings(max_examples=2000, phases=[Phase.generate], database=None),
+    )
+    data = json.dumps(scenario).encode()
+    assert servesim.load_document(data, "scenario.json", "scenario").version == "1.2"

@@ -1,7 +1,8 @@
 """Properties every conforming report has, checked from the inputs and the report alone.
 
 These are the spec's invariants (SPEC.md R9 to R11, R16 to R21, R25 to R30; the KV cache's, R45
-to R53, are in ``kv_invariants`` and exported here) restated as checks on observable output, so
+to R53, are in ``kv_invariants``, state-aware routing's, R54 to R57, in ``routing_invariants``,
+both exported here) restated as checks on observable output, so
 that they run against any implementation. Each check raises ``InvariantViolation`` naming the
 rule and the offending request or step.
 """
@@ -23,11 +24,21 @@ from servesim_conformance.kv_invariants import (
     check_kv_summary,
     without_prefix_hashes,
 )
+from servesim_conformance.routing_invariants import (
+    check_cache_aware,
+    check_cached_blocks_at_routing,
+    check_cached_blocks_reported,
+    check_least_loaded,
+    check_routing,
+)
 from servesim_conformance.violations import Document, InvariantViolation, require
 
 __all__ = [
     "Document",
     "InvariantViolation",
+    "check_cache_aware",
+    "check_cached_blocks_at_routing",
+    "check_cached_blocks_reported",
     "check_hashes_change_nothing",
     "check_kv_absent",
     "check_kv_blocks",
@@ -35,6 +46,8 @@ __all__ = [
     "check_kv_preemptions",
     "check_kv_reuse",
     "check_kv_summary",
+    "check_least_loaded",
+    "check_routing",
     "without_prefix_hashes",
 ]
 
@@ -304,6 +317,7 @@ def check_report(scenario: Document, workload: Document, report: Document) -> No
         lambda: check_kv_preemptions(scenario, report),
         lambda: check_kv_summary(scenario, report),
         lambda: check_kv_blocks(scenario, workload, report),
+        lambda: check_routing(scenario, workload, report),
     ]
     for check in checks:
         check()

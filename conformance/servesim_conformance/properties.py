@@ -60,6 +60,16 @@ def reads_kv_cache(description: Description) -> bool:
     )
 
 
+def reads_state_aware_routing(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.2, the version with
+    ``least_loaded`` and ``cache_aware`` (R57), and workload 1.1 (its prefix hashes)."""
+    versions = (("scenario", "1.2"), ("workload", "1.1"))
+    return all(
+        description.declares(kind, version) and version in SUPPORTED_VERSIONS[kind]
+        for kind, version in versions
+    )
+
+
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
     """The reference's report bytes for generated documents, in-process."""
     loaded = [

@@ -360,6 +360,75 @@ def broken_kv_input_triples(draw: st.DrawFn) -> tuple[str, Documents]:
     return fault, (scenario, workload, timing)
 
 
+# --- State-aware routing (SPEC.md section 12) ----------------------------------------------------
+
+#: The routing policies of scenario 1.2 (R12, R55, R56), state-aware ones first (for shrinking).
+ROUTING_POLICIES = ("least_loaded", "cache_aware", "round_robin", "random")
+
+
+@st.composite
+def routing_weights(draw: st.DrawFn) -> dict[str, int]:
+    """R56's weights: each absent (1) or 0 to 4, one of them 0 now and then, never both 0.
+    Shrinks towards both absent."""
+    drawn: dict[str, int] = {}
+    for name in ("prefill_weight", "load_weight"):
+        if draw(st.booleans()):
+            drawn[name] = draw(st.integers(0, 4))
+    if drawn.get("prefill_weight", 1) == 0 and drawn.get("load_weight", 1) == 0:
+        drawn[draw(st.sampled_from(("prefill_weight", "load_weight")))] = draw(st.integers(1, 4))
+    return drawn
+
+
+@st.composite
+def routings(draw: st.DrawFn) -> dict[str, Any]:
+    """A scenario 1.2 ``routing`` member of any policy, a state-aware one seeded half the time
+    (R58); shrinks towards ``least_loaded`` without a seed."""
+    policy = draw(st.sampled_from(ROUTING_POLICIES))
+    if policy == "random":
+        return {"policy": policy, "seed": draw(st.integers(0, 2**64 - 1))}
+    routing: dict[str, Any] = {"policy": policy}
+    if policy == "cache_aware":
+        routing |= draw(routing_weights())
+    if policy in ("least_loaded", "cache_aware") and draw(st.booleans()):
+        routing["seed"] = draw(st.integers(0, 2**64 - 1))  # R58: seeded ties
+    return routing
+
+
+@st.composite
+def routed_input_triples(
+    draw: st.DrawFn, *, max_workers: int = 5, max_requests: int = 12
+) -> Documents:
+    """(scenario 1.2 with any routing policy, workload 1.1 with shared prefixes, profile).
+
+    ``kv_input_triples``' caches and workloads (tiny blocks, hashes from a shared pool of
+    prefixes, caches from just enough to roomy, so evictions and preemptions happen), on 1 to 5
+    workers, so that a cache-aware router has cached prefixes on some workers and not others to
+    weigh against their load (R56). Arrivals are sometimes spread 10 or 100 times wider, so that
+    blocks are registered between them. Prefix caching is on whenever the policy is
+    ``cache_aware`` (R56); otherwise one time in four it is off, and one time in six there is no
+    cache at all (``least_loaded`` needs none, R55): then ``cached_blocks_at_routing`` is null
+    (R57).
+    """
+    scenario, workload, timing = draw(
+        kv_input_triples(max_workers=max_workers, max_requests=max_requests)
+    )
+    spread = draw(st.sampled_from((1, 10, 100)))
+    workload = {
+        **workload,
+        "requests": [
+            {**request, "arrival_us": request["arrival_us"] * spread}
+            for request in workload["requests"]
+        ],
+    }
+    routing = draw(routings())
+    scenario = {**scenario, "schema_version": "1.2", "routing": routing}
+    if routing["policy"] == "cache_aware":
+        scenario["kv_cache"] = {**scenario["kv_cache"], "prefix_caching": True}
+    elif draw(st.integers(0, 5)) == 5:
+        scenario.pop("kv_cache")
+    return scenario, workload, timing
+
+
 #: The largest limits ``scheduler_limits()`` draws, which a generated measured profile claims as
 #: its engine's (R40).
 GENERATED_LIMITS = {"max_num_seqs": 4, "max_batched_tokens": 24, "max_model_len": 64}

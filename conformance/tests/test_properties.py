@@ -25,6 +25,7 @@ from servesim_conformance.properties import (
     at_current_version,
     input_bytes,
     reads_kv_cache,
+    reads_state_aware_routing,
     reference_report,
     write_case,
 )
@@ -34,6 +35,7 @@ from servesim_conformance.strategies import (
     input_triples,
     kv_input_triples,
     measured_input_triples,
+    routed_input_triples,
 )
 
 EXAMPLES = int(os.environ.get("SERVESIM_PROPERTY_EXAMPLES", "25"))
@@ -227,3 +229,52 @@ def test_kv_cache_broken_inputs_are_rejected(
     fault, documents = case
     code, left_report = runner.rejects(documents)
     assert (code, left_report) == (2, False), f"{fault}: exit {code}, report left: {left_report}"
+
+
+# --- State-aware routing (SPEC.md section 12) ---------------------------------------------------
+
+
+def _needs_state_aware_routing(description: Description) -> None:
+    """Skip unless the implementation (and the reference) read scenario 1.2 (R57)."""
+    if not reads_state_aware_routing(description):
+        pytest.skip("the implementation does not declare scenario 1.2 and workload 1.1 (R57)")
+
+
+@tier
+@given(documents=routed_input_triples())
+def test_state_aware_routing_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R54 to R57 on 1 to 5 workers with shared prefixes and tight caches: least_loaded's
+    choices rebuilt from the report, cached blocks at routing within what the worker's earlier
+    requests left there, no worker certainly cheaper than cache_aware's choice; and every
+    invariant of sections 3 to 7 and 11."""
+    _needs_state_aware_routing(description)
+    scenario, workload, timing = documents
+    report = runner.report(documents)
+    invariants.check_report(scenario, workload, report)
+    invariants.check_step_shapes(timing, report)
+
+
+@tier
+@given(documents=routed_input_triples(), shift=st.integers(1, 10**9))
+def test_state_aware_routing_shifting_arrivals_shifts_times(
+    runner: PropertyRunner, description: Description, documents: Documents, shift: int
+) -> None:
+    """R6, R7, R54 (metamorphic): what a router sees depends on order, not on the clock."""
+    _needs_state_aware_routing(description)
+    _check_shifted_arrivals(runner, documents, shift)
+
+
+@tier
+@given(documents=routed_input_triples())
+def test_state_aware_routing_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on state-aware routing (only with
+    --differential, and only when both read scenario 1.2)."""
+    _needs_state_aware_routing(description)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-routing")
