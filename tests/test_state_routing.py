@@ -344,6 +344,31 @@ shared_prefix_requests = st.lists(
 )
 
 
+def _shared_prefix_workload(requests: list[tuple[int, int, int, int, int]]) -> Workload:
+    """Drawn ``(arrival, prompt, out, prefix, hashes)`` requests: ``hashes`` hashes of the
+    pool ``prefix``, so that requests of one pool share their leading blocks."""
+    return workload(
+        *[
+            (f"r{i}", arrival, prompt, out, [100 * prefix + h for h in range(hashes)])
+            for i, (arrival, prompt, out, prefix, hashes) in enumerate(requests)
+        ]
+    )
+
+
+def _observed(result: SimulationResult) -> list[tuple[object, ...]]:
+    """What routing and the cache decided for each request, and when its tokens came."""
+    return [
+        (
+            state.worker,
+            state.cached_blocks_at_routing,
+            state.reused_prompt_tokens,
+            state.preemptions,
+            state.token_times_us.to_list(),
+        )
+        for state in result.requests
+    ]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     shared_prefix_requests,
@@ -362,30 +387,12 @@ def test_state_aware_routing_is_the_same_with_and_without_decode_runs(
     # The loop keeps a run of decode steps as one object and lets routers read the worker
     # mid-run (run_keeps_router_view). Forming every step one at a time must route and time
     # every request the same; small caches make runs stop where a step would evict.
-    wl = workload(
-        *[
-            (f"r{i}", arrival, prompt, out, [100 * prefix + h for h in range(hashes)])
-            for i, (arrival, prompt, out, prefix, hashes) in enumerate(requests)
-        ]
-    )
+    wl = _shared_prefix_workload(requests)
     sc = scenario(policy, workers=workers, blocks=blocks, weights=weights)
     with_runs = simulate(sc, wl, PROFILE)
     with mock.patch.object(simulation, "decode_run_length", _no_runs):
         one_by_one = simulate(sc, wl, PROFILE)
-
-    def observed(result: SimulationResult) -> list[tuple[object, ...]]:
-        return [
-            (
-                state.worker,
-                state.cached_blocks_at_routing,
-                state.reused_prompt_tokens,
-                state.preemptions,
-                state.token_times_us.to_list(),
-            )
-            for state in result.requests
-        ]
-
-    assert observed(with_runs) == observed(one_by_one)
+    assert _observed(with_runs) == _observed(one_by_one)
 
 
 def _every_worker(self: simulation.FleetView) -> range:
@@ -408,20 +415,12 @@ def test_cache_aware_weighing_candidates_routes_as_weighing_every_worker(
     # CacheAwareRouter weighs only the workers where the request's block 0 was ever
     # registered (worker.FirstBlocks) and the least loaded; told that every worker may have
     # cached blocks, it weighs them all, as R56 reads. Small caches evict registered blocks.
-    wl = workload(
-        *[
-            (f"r{i}", arrival, prompt, out, [100 * prefix + h for h in range(hashes)])
-            for i, (arrival, prompt, out, prefix, hashes) in enumerate(requests)
-        ]
-    )
+    wl = _shared_prefix_workload(requests)
     sc = scenario("cache_aware", workers=workers, blocks=blocks, weights=weights)
     weighed = simulate(sc, wl, PROFILE)
     with mock.patch.object(simulation.FleetView, "may_have_cached", _every_worker):
         scanned = simulate(sc, wl, PROFILE)
-    assert workers_of(weighed) == workers_of(scanned)
-    assert [s.cached_blocks_at_routing for s in weighed.requests] == [
-        s.cached_blocks_at_routing for s in scanned.requests
-    ]
+    assert _observed(weighed) == _observed(scanned)
 
 
 #: a decode run that would have to evict: one worker of 4 blocks. a (8 tokens, [1, 2]) leaves
