@@ -83,7 +83,7 @@ def test_a_shared_block_stays_held_until_its_last_holder_releases_it() -> None:
     b = holding([10, 11])
     c.hold(b, len(c.hits(b.identities, 2)))
     assert c.registry == {10: 2, 11: 2}
-    assert c.cached_among([10, 11]) == 0
+    assert c.cached == {}  # both held, by a and b
     c.release(a)
     assert (c.registry, c.cached, c.held) == ({10: 1, 11: 1}, {}, 2)
     c.release(b)

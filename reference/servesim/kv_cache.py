@@ -401,10 +401,6 @@ class BlockCache:
                 break
         return found, cached
 
-    def cached_among(self, hits: list[Identity]) -> int:
-        """How many of a request's hit blocks are cached (held by nobody)."""
-        return sum(1 for identity in hits if self.value(identity) < HELD)
-
     def _split(self, group: Group) -> None:
         """A whole group's blocks get one entry each (those not evicted), as they may now
         differ."""
