@@ -41,9 +41,6 @@ MAX_POINTS = 100_000
 #: load_weight)``.
 Setting = int | str | Fraction | tuple[str, int] | tuple[str, int, int]
 
-#: The routing policies that look at the fleet (SPEC.md section 12): they need scenario 1.2.
-STATE_AWARE_POLICIES = frozenset({"least_loaded", "cache_aware"})
-
 
 @dataclass(frozen=True)
 class Condition:

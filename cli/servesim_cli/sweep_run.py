@@ -17,8 +17,9 @@ from typing import Any
 from servesim.canonical import canonical_json
 from servesim.documents import Document, load_document
 from servesim.errors import OutOfCoverage, ServesimError, UnrepresentableTime
+from servesim.model import STATE_AWARE_POLICIES
 from servesim.replay import replay_documents
-from servesim_cli.sweep_file import STATE_AWARE_POLICIES, Point, routing_member
+from servesim_cli.sweep_file import Point, routing_member
 
 #: The latency metrics of the summary (R28) and the statistics of each that the table keeps.
 METRICS: tuple[str, ...] = ("queue_us", "ttft_us", "itl_us", "e2e_us")

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 RoutingPolicyName = Literal["round_robin", "random", "least_loaded", "cache_aware"]
+
+#: The routing policies that look at the fleet (SPEC.md section 12); they need scenario 1.2.
+STATE_AWARE_POLICIES: frozenset[str] = frozenset({"least_loaded", "cache_aware"})
 PrefillMode = Literal["whole", "chunked"]
 
 
@@ -54,7 +57,7 @@ class Routing:
     @property
     def state_aware(self) -> bool:
         """Whether the policy looks at the fleet (section 12) rather than only counting."""
-        return self.policy in ("least_loaded", "cache_aware")
+        return self.policy in STATE_AWARE_POLICIES
 
 
 @dataclass(frozen=True, slots=True)

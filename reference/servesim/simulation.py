@@ -81,14 +81,14 @@ class FleetView:
     because nothing a router reads changes inside a run (``CachingWorker.run_keeps_router_view``).
     """
 
-    __slots__ = ("_first_blocks", "_state", "_workers")
+    __slots__ = ("_first_blocks", "_workers", "request")
 
-    def __init__(
-        self, workers: list[Worker], first_blocks: FirstBlocks, state: RequestState | None
-    ) -> None:
+    def __init__(self, workers: list[Worker], first_blocks: FirstBlocks) -> None:
         self._workers = workers
         self._first_blocks = first_blocks
-        self._state = state
+        self.request: RequestState | None = None
+        """The request being routed; ``None`` between arrivals, when a router reads only the
+        counters (R54)."""
 
     @property
     def size(self) -> int:
@@ -101,19 +101,19 @@ class FleetView:
         return self._workers[worker].load_blocks
 
     def prompt_blocks(self) -> int:
-        assert self._state is not None, "no request is being routed"
-        return self._workers[0].prompt_blocks(self._state)
+        assert self.request is not None, "no request is being routed"
+        return self._workers[0].prompt_blocks(self.request)
 
     def cached(self, worker: int) -> int:
-        assert self._state is not None, "no request is being routed"
-        return self._workers[worker].cached_blocks(self._state)
+        assert self.request is not None, "no request is being routed"
+        return self._workers[worker].cached_blocks(self.request)
 
     def may_have_cached(self) -> Collection[int]:
-        assert self._state is not None, "no request is being routed"
+        assert self.request is not None, "no request is being routed"
         worker = self._workers[0]
         if not isinstance(worker, CachingWorker):
             return ()
-        identities = worker.identities(self._state)
+        identities = worker.identities(self.request)
         return self._first_blocks.workers(identities[0]) if identities else ()
 
 
@@ -150,13 +150,17 @@ def simulate(
     else:  # section 11: each worker has its own cache; hash prefixes are one naming
         prefixes = HashPrefixes()
         hash_block_tokens = workload.prefix_hash_block_tokens
-        caching = [
-            CachingWorker(index, kv_cache, hash_block_tokens, prefixes, first_blocks)
+        workers = [
+            CachingWorker(
+                index,
+                kv_cache,
+                hash_block_tokens,
+                prefixes,
+                first_blocks,
+                registry_watched=state_aware,  # a router may read it mid-run: no run evicts
+            )
             for index in range(scenario.workers)
         ]
-        for cache_worker in caching:  # a state-aware router may read one mid-run: no run evicts
-            cache_worker.registry_watched = state_aware
-        workers = list(caching)
     states = [RequestState(request, position) for position, request in enumerate(workload.requests)]
     arrivals = iter(arrival_order(workload))
     steps: list[Step] | None = [] if record_trace else None
@@ -187,8 +191,8 @@ def simulate(
 
     #: R22's C is read by a measured model and by the trace; a synthetic model ignores it.
     uses_context = timing.model.uses_context or record_trace
-    #: what a router reads between arrivals: only the counters (R54), not a request's blocks
-    fleet_view = FleetView(workers, first_blocks, None)
+    #: what a router sees (R54); its request is set at each arrival
+    fleet_view = FleetView(workers, first_blocks)
     arrived = 0
     push_next_arrival()
     while queue:
@@ -210,7 +214,7 @@ def simulate(
                 state.reject_reason = reason
                 state.terminal_us = now_us
             else:
-                fleet_view = FleetView(workers, first_blocks, state)
+                fleet_view.request = state
                 worker = workers[router.route(fleet_view)]
                 if records_cached:
                     state.cached_blocks_at_routing = fleet_view.cached(worker.index)

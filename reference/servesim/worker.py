@@ -475,6 +475,8 @@ class CachingWorker(Worker):
         hash_block_tokens: int | None,
         prefixes: HashPrefixes,
         first_blocks: FirstBlocks | None = None,
+        *,
+        registry_watched: bool = False,
     ) -> None:
         super().__init__(index)
         self.first_blocks = FirstBlocks() if first_blocks is None else first_blocks
@@ -491,7 +493,7 @@ class CachingWorker(Worker):
         """The blocks the head of the queue needed when the step formed last refused it for
         want of blocks (R50 step 3); 0 when admission stopped for another reason. Read by
         ``run_limit``."""
-        self.registry_watched = False
+        self.registry_watched = registry_watched
         """Whether a state-aware router reads this worker's registry (R54, prefix caching on):
         then a decode run must not evict, for the router may read it mid-run
         (``run_keeps_router_view``)."""
