@@ -153,27 +153,27 @@ def test_r60_arrivals_of_one_instant_go_in_workload_order(tmp_path: Path) -> Non
     """Two workers, round robin (R13: the k-th routed request joins worker k mod 2). Workload:
 
     0. a (session s, t 0, P 10, O 1): routed k 0 -> w0; [0, 1100], completes at 1100.
-    1. y (t 1100, P 10, O 1): known from the start.
-    2. b (session s turn 1, think 0): released at 1100 by a's completion, arrives at 1100.
-    3. z (t 1100, P 10, O 1): known from the start.
+    1. b (session s turn 1, think 0): released at 1100 by a's completion, arrives at 1100.
+    2. y (t 1100, P 10, O 1), known from the start.
+    3. z (t 1100, P 10, O 1), known from the start.
 
-    At 1100 the completion comes first (R7), then the arrivals in workload position order
-    whatever their creation: y (k 1 -> w1), b (k 2 -> w0), z (k 3 -> w1). (Creation order, y and
-    z then b, would put z on w0 and b on w1; released first would put b on w1.) Then the
-    scheduling events: w0 forms [1100, 2200] with b (P 10); w1 admits y and z together,
-    P 20: [1100, 2300].
+    At 1100 the completion comes first (R7), then the arrivals in workload position order,
+    whenever each was created: b (k 1 -> w1), y (k 2 -> w0), z (k 3 -> w1). Creation order
+    (y known before b was released, then b, then z) would give y w1, b w0, z w1; known arrivals
+    before released ones, y w1, z w0, b w1. Then the scheduling events of 1100: w0 forms
+    [1100, 2200] with y (P 10); w1 admits b and z together, P 20: [1100, 2300].
     """
     workload = workload_1_2(
         request("a", 0, 10, 1, "s"),
-        request("y", 1100, 10, 1),
         request("b", 0, 10, 1, "s", 0),
+        request("y", 1100, 10, 1),
         request("z", 1100, 10, 1),
     )
     report = replay(tmp_path, scenario_1_3(workers=2), workload)
-    assert by_id(report, "worker") == {"a": 0, "y": 1, "b": 0, "z": 1}
-    assert by_id(report, "arrival_us") == {"a": 0, "y": 1100, "b": 1100, "z": 1100}
-    assert by_id(report, "first_scheduled_us") == {"a": 0, "y": 1100, "b": 1100, "z": 1100}
-    assert by_id(report, "terminal_us") == {"a": 1100, "y": 2300, "b": 2200, "z": 2300}
+    assert by_id(report, "worker") == {"a": 0, "b": 1, "y": 0, "z": 1}
+    assert by_id(report, "arrival_us") == {"a": 0, "b": 1100, "y": 1100, "z": 1100}
+    assert by_id(report, "first_scheduled_us") == {"a": 0, "b": 1100, "y": 1100, "z": 1100}
+    assert by_id(report, "terminal_us") == {"a": 1100, "b": 2300, "y": 2200, "z": 2300}
 
 
 # --- R61 ----------------------------------------------------------------------------------------
