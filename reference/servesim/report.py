@@ -1,4 +1,4 @@
-"""The report: every field's derivation (SPEC.md section 7, R24 to R31).
+"""The report: every field's derivation (SPEC.md section 7, R24 to R31; R52, R57, R62 to R64).
 
 The report is a pure function of the input bytes: no wall clock, no host name, no version of
 the program that wrote it, so that two conforming implementations write the same bytes.
