@@ -21,6 +21,7 @@ from servesim import validity
 from servesim.errors import InputProblem, InvalidInput
 from servesim.model import (
     SHAPE_DIMENSIONS,
+    ClosedLoop,
     Coverage,
     GridTiming,
     Interval,
@@ -31,6 +32,7 @@ from servesim.model import (
     Routing,
     Scenario,
     SchedulerLimits,
+    Slo,
     SyntheticLinearTiming,
     TimingModel,
     TimingProfile,
@@ -754,6 +756,8 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
     scheduler = value["scheduler"]
     prefill = scheduler["prefill"]
     kv_cache = value.get("kv_cache")
+    closed_loop = value.get("closed_loop")
+    slo = value.get("slo")
     return Scenario(
         workers=value["fleet"]["workers"],
         routing=Routing(
@@ -776,11 +780,22 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
             block_tokens=kv_cache["block_tokens"],
             prefix_caching=kv_cache["prefix_caching"],
         ),
+        closed_loop=None if closed_loop is None else ClosedLoop(closed_loop["max_in_flight"]),
+        stop_at_us=value.get("stop_at_us"),
+        slo=None
+        if slo is None
+        else Slo(
+            ttft_us=slo.get("ttft_us"),
+            mean_itl_us=slo.get("mean_itl_us"),
+            e2e_us=slo.get("e2e_us"),
+        ),
     )
 
 
 def build_workload(value: dict[str, Any]) -> Workload:
-    """The ``Workload`` of a checked workload document."""
+    """The ``Workload`` of a checked workload document (R59: a request's session by index)."""
+    sessions = tuple(session["id"] for session in value.get("sessions", ()))
+    session_index = {session: index for index, session in enumerate(sessions)}
     return Workload(
         requests=tuple(
             Request(
@@ -789,10 +804,13 @@ def build_workload(value: dict[str, Any]) -> Workload:
                 prompt_tokens=item["prompt_tokens"],
                 max_output_tokens=item["max_output_tokens"],
                 prefix_hashes=tuple(item.get("prefix_hashes", ())),
+                session=session_index[item["session"]] if "session" in item else None,
+                think_time_us=item.get("think_time_us", 0),
             )
             for item in value["requests"]
         ),
         prefix_hash_block_tokens=value.get("prefix_hash_block_tokens"),
+        sessions=sessions,
     )
 
 
