@@ -40,6 +40,9 @@ STEP_COMPLETION: Literal[0] = 0
 ARRIVAL: Literal[1] = 1
 SCHEDULING: Literal[2] = 2
 
+#: R62: the subject (and order) of the stop time's event, an arrival of no request.
+STOP = -1
+
 
 @dataclass(frozen=True)
 class SimulationResult:
@@ -166,8 +169,7 @@ def simulate(
     requests = workload.requests
     steps: list[Step] | None = [] if record_trace else None
     stop_us = scenario.stop_at_us
-    #: R62: an event is processed while its key is below (horizon, arrival); without a stop
-    #: time nothing reaches it, since every time stays within 2**53 - 1 (R6)
+    #: R62: arrivals are released only before it; without a stop time no time passes it (R6)
     horizon = MAX_TIME_US + 1 if stop_us is None else stop_us
     arrivals = Arrivals(workload, scenario.closed_loop)  # R59 to R61
     releases = arrivals.any_released
@@ -222,10 +224,13 @@ def simulate(
     for opened in arrivals.opening():  # R61: a closed loop's first units
         release(opened)
     push_next_known()
+    if stop_us is not None:
+        # R62: the stop time is an event of its own, after the completions at it and before
+        # anything else at it (no arrival has a negative position), so that the loop stops
+        # there without comparing every event's time with it
+        heapq.heappush(queue, (stop_us, ARRIVAL, STOP, STOP))
     while queue:
         now_us, priority, number, subject = heapq.heappop(queue)
-        if now_us >= horizon and (now_us > horizon or priority != STEP_COMPLETION):
-            break  # R62: nothing at or after the stop time happens but completions at it
         if priority == STEP_COMPLETION:
             worker = workers[subject]
             if number != worker.completion_sequence:
@@ -241,6 +246,8 @@ def simulate(
                         release(arrivals.released_by(state.position, now_us))
             request_scheduling(worker, now_us)
         elif priority == ARRIVAL:
+            if subject == STOP:
+                break  # R62: nothing at or after the stop time happens but completions at it
             state = states[subject]
             state.arrival_us = now_us
             reason = rejection_reason(state.request, limits, kv_cache)
