@@ -254,6 +254,7 @@ def test_r62_a_deadline_in_the_middle_of_a_decode(tmp_path: Path) -> None:
     s = report["summary"]
     assert (s["completed"], s["cut_off"], s["first_arrival_us"], s["makespan_us"]) == (0, 4, 0, 5)
     assert (s["steps"], s["output_tokens"], s["request_throughput_per_s"]) == (2, 0, 0)
+    assert (s["rejected"], s["requests"]) == (0, 4)
     assert s["tpot_us"]["count"] == 0
     assert s["tpot_us"]["mean"] is None
     assert [(t["start_us"], t["end_us"]) for t in report["trace"]] == [(0, 3), (3, 7)]
