@@ -394,3 +394,16 @@ def test_r64_without_section_13_members_report_5_0_is_4_0_plus_the_migration(
     assert new["summary"].pop("tpot_us")["count"] == 2
     new["schema_version"] = old["schema_version"]
     assert new == old
+
+
+def test_describe_declares_scenario_1_3_workload_1_2_and_report_5_0(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """R38, R64: section 13 is declared by the versions alone, only with report 5.0."""
+    assert PLAIN.main(["replay", "--describe", "--report-version", "5.0"]) == 0
+    versions = json.loads(capsys.readouterr().out)["schema_versions"]
+    assert versions["scenario"] == ["1.0", "1.1", "1.2", "1.3"]
+    assert versions["workload"] == ["1.0", "1.1", "1.2"]
+    assert versions["report"] == ["5.0"]
+    assert PLAIN.main(["replay", "--describe", "--report-version", "4.0"]) == 0
+    assert "1.3" not in json.loads(capsys.readouterr().out)["schema_versions"]["scenario"]
