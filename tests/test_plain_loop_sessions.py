@@ -254,6 +254,7 @@ def test_r62_a_deadline_in_the_middle_of_a_decode(tmp_path: Path) -> None:
     s = report["summary"]
     assert (s["completed"], s["cut_off"], s["first_arrival_us"], s["makespan_us"]) == (0, 4, 0, 5)
     assert (s["steps"], s["output_tokens"], s["request_throughput_per_s"]) == (2, 0, 0)
+    assert (s["rejected"], s["requests"]) == (0, 4)
     assert s["tpot_us"]["count"] == 0
     assert s["tpot_us"]["mean"] is None
     assert [(t["start_us"], t["end_us"]) for t in report["trace"]] == [(0, 3), (3, 7)]
@@ -393,3 +394,16 @@ def test_r64_without_section_13_members_report_5_0_is_4_0_plus_the_migration(
     assert new["summary"].pop("tpot_us")["count"] == 2
     new["schema_version"] = old["schema_version"]
     assert new == old
+
+
+def test_describe_declares_scenario_1_3_workload_1_2_and_report_5_0(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """R38, R64: section 13 is declared by the versions alone, only with report 5.0."""
+    assert PLAIN.main(["replay", "--describe", "--report-version", "5.0"]) == 0
+    versions = json.loads(capsys.readouterr().out)["schema_versions"]
+    assert versions["scenario"] == ["1.0", "1.1", "1.2", "1.3"]
+    assert versions["workload"] == ["1.0", "1.1", "1.2"]
+    assert versions["report"] == ["5.0"]
+    assert PLAIN.main(["replay", "--describe", "--report-version", "4.0"]) == 0
+    assert "1.3" not in json.loads(capsys.readouterr().out)["schema_versions"]["scenario"]

@@ -1302,7 +1302,7 @@ def build_report(reqs, workers, trace, kv, report_version, slo=None):
     summary = {
         "requests": len(reqs),
         "completed": len(completed),
-        "rejected": len(reqs) - len(completed),
+        "rejected": sum(1 for r in reqs if r.reason is not None),
         "rejected_by_reason": {x: sum(1 for r in reqs if r.reason == x) for x in reasons},
         "prompt_tokens": prompt_tokens,
         "output_tokens": out_tokens,
