@@ -33,6 +33,17 @@ def in_flight_limit(scenario: Document) -> int | None:
     return None if closed is None else int(closed["max_in_flight"])
 
 
+def stop_time_of(report: Document) -> int | None:
+    """R62, read from the report: every cut-off request's ``terminal_us`` is the stop time D,
+    and without a cut-off request no step was cut (a cut step holds a running request, which
+    is cut off), so the trace checks need D only when there is one."""
+    for entry in report["requests"]:
+        if entry["outcome"] == "cut_off":
+            stop: int = entry["terminal_us"]
+            return stop
+    return None
+
+
 def objectives(scenario: Document) -> Document | None:
     """R63: the scenario's ``slo``, None without one."""
     slo: Document | None = scenario.get("slo")
@@ -253,7 +264,7 @@ def check_cut_off_entries(workload: Document, report: Document) -> None:
             require(entry[member] is None, "R62", f"{rid}: cut off with {member} {entry[member]}")
         require(entry["output_tokens"] == len(times), "R62", f"{rid}: output_tokens vs tokens")
         require(
-            entry["output_tokens"] < request["max_output_tokens"],
+            entry["output_tokens"] == 0 or entry["output_tokens"] < request["max_output_tokens"],
             "R62",
             f"{rid}: cut off having produced all its tokens",
         )
