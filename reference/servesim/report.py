@@ -1,4 +1,4 @@
-"""The report: every field's derivation (SPEC.md section 7, R24 to R31).
+"""The report: every field's derivation (SPEC.md section 7, R24 to R31; R52, R57, R62 to R64).
 
 The report is a pure function of the input bytes: no wall clock, no host name, no version of
 the program that wrote it, so that two conforming implementations write the same bytes.
@@ -10,9 +10,8 @@ import bisect
 import hashlib
 import heapq
 import itertools
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from fractions import Fraction
 from typing import Any
 
 from servesim.admission import REJECT_REASONS
@@ -20,6 +19,7 @@ from servesim.canonical import canonical_bytes, encoded_array
 from servesim.kv_cache import KvCacheCounters
 from servesim.model import Slo
 from servesim.simulation import SimulationResult
+from servesim.tpot import tpot_sample, tpot_statistics
 from servesim.worker import RequestState, Step, Worker
 
 #: R27: the percentiles every latency statistic reports.
@@ -67,44 +67,6 @@ def statistics_of_counts(counts: Counter[int]) -> dict[str, Any]:
     for percent in PERCENTILES:
         position = bisect.bisect_left(cumulative, _rank(total, percent))
         result[f"p{percent}"] = values[position]
-    return result
-
-
-def tpot_statistics(samples: Iterable[tuple[int, int]]) -> dict[str, Any]:
-    """R63: R27's statistics of the per-request mean inter-token latency, each sample the exact
-    rational ``gap / steps`` given as ``(completion_us - first_token_us, output_tokens - 1)``
-    of a completed request with at least two output tokens.
-
-    ``min``, ``max`` and the percentiles are R24 of the sample chosen by exact order. R24 rounds
-    correctly, and correct rounding never reverses an order (a <= b gives round(a) <= round(b)),
-    so the r-th smallest rounded sample is the rounding of the r-th smallest exact one: sorting
-    the rounded samples chooses exactly. ``mean`` is R24 of the exact sum over n, rounded once:
-    the numerators are summed per distinct denominator in integers, and only those few sums
-    are added as fractions.
-    """
-    rounded: list[float] = []
-    per_denominator: defaultdict[int, int] = defaultdict(int)
-    for gap, steps in samples:
-        rounded.append(gap / steps)  # R24 (Python's int / int rounds correctly)
-        per_denominator[steps] += gap
-    count = len(rounded)
-    result: dict[str, Any] = {"count": count}
-    if not count:
-        result.update(min=None, max=None, mean=None)
-        result.update({f"p{percent}": None for percent in PERCENTILES})
-        return result
-    rounded.sort()
-    total = sum(
-        (Fraction(numerator, denominator) for denominator, numerator in per_denominator.items()),
-        Fraction(0),
-    )
-    result.update(
-        min=rounded[0],
-        max=rounded[-1],
-        mean=ratio(total.numerator, total.denominator * count),
-    )
-    for percent in PERCENTILES:
-        result[f"p{percent}"] = rounded[_rank(count, percent) - 1]  # R27's nearest rank
     return result
 
 
@@ -269,8 +231,10 @@ def _summary(
         "queue_us": statistics([queue for queue, _, _ in latencies]),
         "ttft_us": statistics([ttft for _, ttft, _ in latencies]),
         "itl_us": statistics_of_counts(gaps),
-        "tpot_us": tpot_statistics(
-            (state.token_times_us.last - state.token_times_us.first, len(state.token_times_us) - 1)
+        "tpot_us": tpot_statistics(  # R63: shared with the report 4.0 -> 5.0 migration
+            tpot_sample(
+                state.token_times_us.first, state.token_times_us.last, len(state.token_times_us)
+            )
             for state in completed
             if len(state.token_times_us) > 1
         ),
