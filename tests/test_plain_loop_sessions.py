@@ -14,12 +14,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from tests.helpers import REPO, load_module
 
 INDEPENDENT = REPO / "conformance" / "examples" / "independent"
 PLAIN = load_module("servesim_independent_sessions", INDEPENDENT / "servesim_independent.py")
+REPORT_5_0 = jsonschema.Draft202012Validator(
+    json.loads((REPO / "schemas" / "released" / "5.0" / "report.schema.json").read_text())
+)
 
 
 def timing(decode_ns: int = 2000) -> dict[str, Any]:
@@ -113,6 +117,7 @@ def ok(folder: Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
     assert code == 0, error
     assert report is not None
     assert report["schema_version"] == "5.0"
+    assert [e.message for e in REPORT_5_0.iter_errors(report)] == []
     return report
 
 

@@ -848,7 +848,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             if stop is not None:
                 return
             raise InvalidInput(
-                "request %s would arrive at %d us, after 2^53-1 us (R6, R59)" % (r.id, t)
+                "request %s would arrive at %s us, after 2^53-1 us (R6, R59)" % (r.id, t)
             )
         push(t, 1, r)
 
