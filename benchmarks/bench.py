@@ -4,6 +4,7 @@
     python benchmarks/bench.py --short    # what CI runs: small slices, same code paths
     python benchmarks/bench.py --only kv  # the KV cache section alone (benchmarks/bench_kv.py)
     python benchmarks/bench.py --only routing  # state-aware routing (benchmarks/bench_routing.py)
+    python benchmarks/bench.py --only sessions  # closed loop, stop time (bench_sessions.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default ../shared/traces
 beside the clone. Dynamo's replay, the outside baseline, is installed on first use in its own
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,8 @@ def child(arguments: argparse.Namespace) -> None:
             worker["kv_cache"]["peak_blocks_in_use"] for worker in report["workers"]
         )
     figures["rejected"] = summary["rejected"]
+    figures["completed"] = summary["completed"]
+    figures["cut_off"] = summary.get("cut_off", 0)  # R62, report 5.0
     figures["ttft_p50_us"] = summary["ttft_us"]["p50"]
     figures["ttft_p99_us"] = summary["ttft_us"]["p99"]
     figures["busy_us"] = [worker["busy_us"] for worker in report["workers"]]
@@ -514,6 +517,55 @@ def routing_section(folder: Path, limit: int | None) -> None:
     section(hashed, scenario(WORKERS), replay)
 
 
+def arrivals_of(report: Path) -> list[int]:
+    """Each request's ``arrival_us`` in a report, read in a child process: parsing a 48 MB
+    report here would raise this process's peak RSS, which every child started after it
+    inherits (Linux keeps ``ru_maxrss`` across fork and exec), and inflate their figures."""
+    output = report.with_suffix(".arrivals.json")
+    script = (
+        "import json, sys; requests = json.load(open(sys.argv[1]))['requests']; "
+        "json.dump([r['arrival_us'] for r in requests], open(sys.argv[2], 'w'))"
+    )
+    subprocess.run([sys.executable, "-c", script, str(report), str(output)], check=True)
+    arrivals: list[int] = json.loads(output.read_text())
+    output.unlink()
+    return arrivals
+
+
+def sessions_section(folder: Path, limit: int | None) -> None:
+    """The closed loop and stop time section (benchmarks/bench_sessions.py) on the Mooncake
+    trace without its hashes: open loop against closed loops and a stop time."""
+    from bench_sessions import WORKERS
+    from bench_sessions import sessions_section as section
+
+    print("\n== closed loop and stop time (issue 13) ==")
+    workload = import_trace("mooncake", folder)
+    workload = tiled(workload, limit) if limit else workload
+    name = f"mooncake-{len(workload['requests'])}"
+
+    def replay(tag: str, setup: dict[str, Any], keep_arrivals: bool) -> dict[str, Any]:
+        figures = run(folder, name, workload, WORKERS, trace=False, setup=(tag, setup))
+        report = figures.pop("report")
+        if keep_arrivals:
+            figures["arrivals"] = arrivals_of(report)
+        report.unlink()
+        return figures
+
+    def replay_at(tag: str, arrivals: Sequence[int]) -> dict[str, Any]:
+        moved = {
+            **workload,
+            "requests": [
+                {**request, "arrival_us": arrival}
+                for request, arrival in zip(workload["requests"], arrivals, strict=True)
+            ],
+        }
+        figures = run(folder, f"{name}-{tag}", moved, WORKERS, trace=False)
+        figures.pop("report").unlink()
+        return figures
+
+    section(workload, scenario(WORKERS), replay, replay_at, line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -534,9 +586,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["kv", "routing"],
+        choices=["kv", "routing", "sessions"],
         help="measure only this section (kv: the KV cache, issue 10; routing: state-aware "
-        "routing, issue 11)",
+        "routing, issue 11; sessions: closed loop and stop time, issue 13)",
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -566,6 +618,9 @@ def main() -> int:
             return 0
         if arguments.only == "routing":
             routing_section(folder, limit)
+            return 0
+        if arguments.only == "sessions":
+            sessions_section(folder, limit)
             return 0
         print("\n== real traces ==")
         for source in SOURCES:
@@ -615,6 +670,7 @@ def main() -> int:
 
         kv_section(folder, limit)
         routing_section(folder, limit)
+        sessions_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(folder, short=arguments.short, plain_loop=PLAIN_LOOP)
         print("\n== validate and migrate a mooncake report, 16 workers (issue 16) ==")

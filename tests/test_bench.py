@@ -333,3 +333,114 @@ def test_the_section_prints_each_router_the_ceiling_and_the_targets(
     assert "of the ceiling (0.4050): 0.3000, 66.7% of it: MISSED" in printed
     assert "mean busy: 1.091x: MET" in printed
     assert "round robin: CPU 2.00x, wall 2.00x: MISSED" in printed
+
+
+# --- closed loop and stop time (benchmarks/bench_sessions.py, issue 13) -----------------------
+
+bench_sessions = load_module("bench_sessions", REPO / "benchmarks" / "bench_sessions.py")
+
+
+def test_the_session_scenarios_are_valid_scenarios_1_3() -> None:
+    requests = [{**_request(10, 2), "arrival_us": arrival} for arrival in (5, 9, 12)]
+    assert bench_sessions.half_span(requests) == 5 + 3
+    assert bench_sessions.half_span(requests[:1]) == 6  # still after the first arrival (R4)
+    for scenario in (
+        bench_sessions.closed_loop(bench_scenario(16), 64),
+        bench_sessions.with_stop(bench_scenario(16), bench_sessions.half_span(requests)),
+    ):
+        document = load_document(json.dumps(scenario).encode(), "s.json", "scenario")
+        assert document.version == "1.3"
+
+
+def _mode_run(wall: float, memory: float, steps: int) -> dict[str, Any]:
+    return {
+        "wall_s": wall,
+        "cpu_s": wall / 2,
+        "peak_rss_mib": memory,
+        "steps": steps,
+        "makespan_us": 10 * steps,
+        "output_tokens": 40,
+        "ttft_p50_us": 1_000,
+        "ttft_p99_us": 2_000,
+        "busy_us": [steps],
+        "completed": 3,
+        "cut_off": 0,
+    }
+
+
+def test_the_section_compares_each_mode_with_the_open_loop_and_its_twin(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seen: list[tuple[str, bool]] = []
+    at: list[list[int]] = []
+
+    def replay(tag: str, scenario: dict[str, Any], keep_arrivals: bool) -> dict[str, Any]:
+        seen.append((tag, keep_arrivals))
+        wall = {"open": 2.0, "closed-64": 2.5, "closed-256": 4.0, "stop": 1.0}[tag]
+        figures = _mode_run(wall, 100.0 if tag != "closed-256" else 160.0, len(tag))
+        if "closed_loop" in scenario:
+            assert scenario["closed_loop"]["max_in_flight"] == int(tag.split("-")[1])
+            if keep_arrivals:
+                figures["arrivals"] = [len(tag)] * 3
+        if tag == "stop":
+            assert scenario["stop_at_us"] == 0 + 50
+        return figures
+
+    def replay_at(tag: str, arrivals: list[int]) -> dict[str, Any]:
+        at.append(arrivals)
+        steps = len(tag.removesuffix("-arrivals"))
+        return _mode_run(2.0, 100.0, steps if tag != "closed-256-arrivals" else steps + 1)
+
+    workload = {"requests": [{**_request(10, 2), "arrival_us": a} for a in (0, 100)]}
+    bench_sessions.sessions_section(
+        workload, bench_scenario(16), replay, replay_at, lambda label, _: label
+    )
+    printed = capsys.readouterr().out
+    repeats = bench_sessions.REPEATS
+    assert [tag for tag, _ in seen] == [
+        tag for tag in ("open", "closed-64", "closed-256", "stop") for _ in range(repeats)
+    ]
+    # the arrivals are read from one run of each closed loop only
+    assert [tag for tag, keep in seen if keep] == ["closed-64", "closed-256"]
+    assert at == [[9] * 3] * repeats + [[10] * 3] * repeats
+    assert "closed loop, 64 in flight / open loop: wall time 1.25x" in printed
+    assert "peak memory 1.00x (target <= 1.5x): MET" in printed
+    assert "closed loop, 256 in flight / open loop: wall time 2.00x" in printed
+    assert "peak memory 1.60x (target <= 1.5x): MISSED" in printed
+    assert "open loop, stop at 0 s / open loop: wall time 0.50x" in printed
+    assert "64 in flight / open loop at its arrivals: wall time 1.25x" in printed
+    assert "same simulation: True" in printed
+    assert "256 in flight / open loop at its arrivals: wall time 2.00x" in printed
+    assert "same simulation: False" in printed
+
+
+def test_a_closed_loop_replays_as_the_open_loop_at_its_arrivals() -> None:
+    """The section's premise (R8, R60, R61): a closed loop's report, with each request's
+    arrival as the workload's, replays in open loop to the same requests and workers."""
+    requests = [
+        {**_request(prompt, output), "id": f"r{index}", "arrival_us": 7 * index}
+        for index, (prompt, output) in enumerate([(30, 5), (5, 9), (0, 3), (12, 1), (40, 4)] * 3)
+    ]
+    workload = {"document": "workload", "schema_version": "1.0", "requests": requests}
+    scenario = bench_sessions.closed_loop(bench_scenario(2), 3)
+
+    def replayed(scenario: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+        documents = [
+            load_document(json.dumps(value).encode(), f"{kind}.json", kind)
+            for kind, value in (
+                ("scenario", scenario),
+                ("workload", workload),
+                ("timing_profile", timing_doc()),
+            )
+        ]
+        report: dict[str, Any] = json.loads(replay_documents(*documents))
+        return report
+
+    closed = replayed(scenario, workload)
+    arrivals = [request["arrival_us"] for request in closed["requests"]]
+    assert arrivals != [request["arrival_us"] for request in requests]
+    moved = [{**r, "arrival_us": a} for r, a in zip(requests, arrivals, strict=True)]
+    twin = replayed(bench_scenario(2), {**workload, "requests": moved})
+    assert twin["requests"] == closed["requests"]
+    assert twin["workers"] == closed["workers"]
+    assert twin["summary"] == closed["summary"]

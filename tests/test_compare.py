@@ -19,6 +19,7 @@ from tests.helpers import (
     as_report_1_0,
     as_report_2_0,
     as_report_3_0,
+    as_report_4_0,
     scenario_doc,
     timing_doc,
     workload_doc,
@@ -134,9 +135,11 @@ def test_require_same_refuses_reports_of_different_inputs(
 
 
 @pytest.mark.parametrize(
-    "older", [as_report_1_0, as_report_2_0, as_report_3_0], ids=["1.0", "2.0", "3.0"]
+    "older",
+    [as_report_1_0, as_report_2_0, as_report_3_0, as_report_4_0],
+    ids=["1.0", "2.0", "3.0", "4.0"],
 )
-def test_an_older_report_compares_with_its_4_0_twin(
+def test_an_older_report_compares_with_its_5_0_twin(
     tmp_path: Path,
     one_worker: Path,
     capsys: pytest.CaptureFixture[str],

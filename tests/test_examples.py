@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import EXAMPLES, run_servesim
 
@@ -76,3 +77,71 @@ def test_the_routing_example_keeps_conversations_where_their_prefix_is(tmp_path:
     assert sum(r["cached_blocks_at_routing"] > 0 for r in later) == 20
     rr_report = json.loads((tmp_path / "rr.json").read_bytes())
     assert {r["cached_blocks_at_routing"] for r in rr_report["requests"]} == {None}
+
+
+SESSIONS = EXAMPLES / "sessions"
+
+
+def _replay_sessions_example(scenario: str, output: Path) -> str:
+    result = run_servesim(
+        "replay",
+        "--scenario",
+        SESSIONS / scenario,
+        "--workload",
+        SESSIONS / "workload.json",
+        "--timing-profile",
+        EXAMPLES / "basic" / "timing-profile.json",
+        "--output",
+        output,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _sessions_in_flight(requests: list[dict[str, Any]]) -> int:
+    """The most sessions started and not ended at one instant (R61's units; each session's
+    span runs from its first turn's arrival to its last turn's terminal time)."""
+    spans: dict[str, list[int]] = {}
+    for request in requests:
+        span = spans.setdefault(request["session"], [request["arrival_us"], 0])
+        span[1] = request["terminal_us"]
+    events = sorted([(end, -1) for _, end in spans.values()] + [(s, 1) for s, _ in spans.values()])
+    most = current = 0
+    for _, change in events:  # at one instant an end (-1) sorts before a start (+1)
+        current += change
+        most = max(most, current)
+    return most
+
+
+def test_the_sessions_example_trades_throughput_for_goodput(tmp_path: Path) -> None:
+    """README's "Sessions, closed loop and goodput": eight conversations of five turns, each
+    turn sent its think time after the previous answer (R59). In open loop all eight run at
+    once and 15 of 40 requests meet the objectives; a closed loop of 4 sessions (R61) takes
+    longer but 32 meet them, more goodput per second; a deadline at 300 ms (R62) cuts off 24."""
+    open_loop = _replay_sessions_example("scenario.json", tmp_path / "open.json")
+    assert "requests     40: 40 completed, 0 rejected, 0 cut off" in open_loop
+    assert (
+        "goodput      15 requests met the objectives (37.50% of completed): 25.48 requests/s, "
+        "611.41 output tokens/s"
+    ) in open_loop
+    closed = _replay_sessions_example("scenario-closed-loop.json", tmp_path / "closed.json")
+    assert (
+        "goodput      32 requests met the objectives (80.00% of completed): 34.01 requests/s, "
+        "816.33 output tokens/s"
+    ) in closed
+    requests = json.loads((tmp_path / "closed.json").read_bytes())["requests"]
+    assert _sessions_in_flight(requests) == 4
+    assert _sessions_in_flight(json.loads((tmp_path / "open.json").read_bytes())["requests"]) == 8
+    # every later turn arrives its think time after its predecessor's answer (R59)
+    by_id = {request["id"]: request for request in requests}
+    workload = json.loads((SESSIONS / "workload.json").read_bytes())["requests"]
+    for turn in (item for item in workload if "think_time_us" in item):
+        chat, number = turn["id"].rsplit("-turn", 1)
+        previous = by_id[f"{chat}-turn{int(number) - 1}"]
+        assert by_id[turn["id"]]["arrival_us"] == previous["terminal_us"] + turn["think_time_us"]
+    deadline = _replay_sessions_example("scenario-deadline.json", tmp_path / "deadline.json")
+    assert "requests     40: 16 completed, 0 rejected, 24 cut off" in deadline
+    report = json.loads((tmp_path / "deadline.json").read_bytes())
+    cut = [request for request in report["requests"] if request["outcome"] == "cut_off"]
+    assert {request["terminal_us"] for request in cut} == {300_000}
+    assert all(request["arrival_us"] is None or request["arrival_us"] < 300_000 for request in cut)

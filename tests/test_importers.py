@@ -512,3 +512,143 @@ def test_r65_delays_become_whole_microseconds(
     text = SESSION_START + SESSION_TURN.replace("SID", '"s"').replace("DELAY", delay)
     requests = imported(tmp_path, "mooncake", text)
     assert requests[1].get("think_time_us") == think_time_us
+
+
+# --- weka agentic session files ------------------------------------------------------------
+
+
+def _weka(requests: list[dict[str, Any]], block_size: int = 64) -> str:
+    return json.dumps({"id": "x", "block_size": block_size, "requests": requests})
+
+
+def _turn(t: float, prompt: int, output: int, hashes: list[int], think: float) -> dict[str, Any]:
+    return {
+        "t": t,
+        "type": "n",
+        "in": prompt,
+        "out": output,
+        "hash_ids": hashes,
+        "think_time": think,
+    }
+
+
+WEKA_A = _weka(
+    [
+        _turn(0.0, 130, 5, [1, 2], 0.0),
+        {
+            "t": 3.5,
+            "type": "subagent",
+            "agent_id": "agent_001",
+            "requests": [_turn(0.0, 70, 2, [9], 0.0), _turn(1.0, 80, 2, [9], 0.25)],
+        },
+        _turn(4.0, 200, 7, [1, 2, 3], 2.0005),
+    ]
+)
+WEKA_B = _weka([{**_turn(0.0, 64, 1, [1], 0.0), "type": "s"}, _turn(9.0, 64, 1, [1], 1)])
+
+
+def test_weka_files_become_sessions_with_think_times(tmp_path: Path) -> None:
+    """Each file is a session starting --stagger after the one before (b at 10 s); a later turn
+    gets turn 0's arrival and think_time_us = think_time * 10^6 (2.0005 s is 2,000,500 us);
+    the sub-agent is a session of its own, its turn 0 at its spawn (3.5 s); file i's hashes
+    are moved to i * 2^32 + h, so a's hash 1 and b's hash 1 stay different blocks."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(WEKA_A)
+    b.write_text(WEKA_B)
+    output = tmp_path / "workload.json"
+    result = run_import("weka", a, b, "-o", output, "--stagger", "10")
+    assert result.returncode == 0, result.stderr
+    assert f"{output}: 6 requests, 3 sessions" in result.stdout
+    document = servesim.read_document(output, "workload").value
+    assert (document["schema_version"], document["prefix_hash_block_tokens"]) == ("1.2", 64)
+    assert [s["id"] for s in document["sessions"]] == [
+        "weka-a",
+        "weka-a-agent_001",
+        "weka-b",
+    ]
+    shown = [
+        (r["id"], r["arrival_us"], r["session"], r.get("think_time_us"), r["prefix_hashes"])
+        for r in document["requests"]
+    ]
+    assert shown == [
+        ("weka-a-R0", 0, "weka-a", None, [1, 2]),
+        ("weka-a-agent_001-R0", 3_500_000, "weka-a-agent_001", None, [9]),
+        ("weka-a-agent_001-R1", 3_500_000, "weka-a-agent_001", 250_000, [9]),
+        ("weka-a-R2", 0, "weka-a", 2_000_500, [1, 2, 3]),
+        ("weka-b-R0", 10_000_000, "weka-b", None, [2**32 + 1]),
+        ("weka-b-R1", 10_000_000, "weka-b", 1_000_000, [2**32 + 1]),
+    ]
+    plain = imported_document(tmp_path, "weka", WEKA_A, "--no-prefix-hashes")
+    assert "prefix_hash_block_tokens" not in plain
+    assert all("prefix_hashes" not in request for request in plain["requests"])
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (WEKA_A.replace('"think_time": 2.0005', '"think_time": "2"'), "/requests/2/think_time"),
+        (WEKA_A.replace('"in": 200', '"in": -1'), "/requests/2/in"),
+        (WEKA_A.replace("[1, 2, 3]", f"[1, {2**32}]"), "/requests/2/hash_ids/1"),
+        (WEKA_A.replace('"agent_id": "agent_001"', '"agent_id": 7'), "/requests/1/agent_id"),
+        (WEKA_A.replace('"think_time": 0.25', '"think_time": 1e300'), "/requests/1/requests/1"),
+        (_weka([]), "/requests"),
+        ("[]", "(document root)"),
+    ],
+)
+def test_a_malformed_weka_file_exits_2_naming_its_pointer(
+    tmp_path: Path, text: str, where: str
+) -> None:
+    trace = tmp_path / "a.json"
+    trace.write_text(text)
+    output = tmp_path / "workload.json"
+    result = run_import("weka", trace, "-o", output)
+    assert result.returncode == 2
+    assert f"{trace}: at {where}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not output.exists()
+
+
+def test_weka_files_must_agree_and_be_named_once(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(WEKA_A)
+    b.write_text(_weka([_turn(0.0, 64, 1, [1], 0.0)], block_size=16))
+    result = run_import("weka", a, b, "-o", tmp_path / "w.json")
+    assert result.returncode == 2
+    assert f"{b}: at /block_size: expected 64, the block size of {a}" in result.stderr
+    result = run_import("weka", a, a, "-o", tmp_path / "w.json")
+    assert result.returncode == 2
+    assert "makes the session id 'weka-a' a second time" in result.stderr
+    assert not (tmp_path / "w.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "arguments", "message"),
+    [
+        ("weka", ("--hash-block-tokens", "64"), "weka files give their block_size"),
+        ("mooncake", ("--stagger", "1"), "--stagger: only weka files are separate sessions"),
+        ("mooncake", ("EXTRA",), "mooncake reads one trace file"),
+    ],
+)
+def test_weka_options_are_usage_errors_elsewhere(
+    tmp_path: Path, source: str, arguments: tuple[str, ...], message: str
+) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(WEKA_A if source == "weka" else MOONCAKE)
+    files = [trace, trace] if arguments == ("EXTRA",) else [trace]
+    options = [] if arguments == ("EXTRA",) else list(arguments)
+    result = run_import(source, *files, "-o", tmp_path / "w.json", *options)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_the_shared_weka_sessions_import_and_validate(tmp_path: Path) -> None:
+    files = sorted((SHARED_TRACES / "weka_agentic_sessions").glob("trace_*.json"))
+    if not files:
+        pytest.skip(f"the shared traces are not beside this checkout ({SHARED_TRACES})")
+    output = tmp_path / "workload.json"
+    result = run_import("weka", *files, "-o", output, "--stagger", "60")
+    assert result.returncode == 0, result.stderr
+    document = servesim.read_document(output, "workload").value
+    # 13 files, trace_0010's 4 sub-agents among them
+    assert len(document["sessions"]) == 13 + 4
+    assert len({request["session"] for request in document["requests"]}) == 17

@@ -135,6 +135,28 @@ def test_busy_from_timelines_equals_the_trace_and_the_counters(reports: dict[str
     assert sum(data.completions) == document["summary"]["completed"]
 
 
+@pytest.mark.parametrize("stop_at_us", [150_000, 300_000, 450_000])
+def test_busy_of_a_replay_cut_by_a_stop_time_equals_the_counters(
+    tmp_path: Path, stop_at_us: int
+) -> None:
+    """R62, R16: a cut-off request that arrived kept its worker busy until the stop time (a
+    cut step counts up to it), so the derived busy time is still each worker's counter."""
+    sessions = EXAMPLES / "sessions"
+    scenario = json.loads((sessions / "scenario-deadline.json").read_bytes())
+    scenario["stop_at_us"] = stop_at_us
+    (tmp_path / "scenario.json").write_text(json.dumps(scenario))
+    report = tmp_path / "report.json"
+    timing = BASIC / "timing-profile.json"
+    report.write_bytes(replay(tmp_path / "scenario.json", sessions / "workload.json", timing))
+    value = json.loads(report.read_bytes())
+    assert value["summary"]["cut_off"] > 0
+    assert any(r["outcome"] == "cut_off" and r["worker"] is not None for r in value["requests"])
+    view = series.read_report(report)
+    data = series.time_series(view, series.bins_for([view], 997))
+    assert series.counter_mismatches(view, data) == []
+    assert data.busy_totals_us == [worker["busy_us"] for worker in value["workers"]]
+
+
 def test_a_counter_that_disagrees_is_reported(reports: dict[str, Path], tmp_path: Path) -> None:
     document = json.loads(reports["one"].read_text())
     document["workers"][0]["busy_us"] += 1

@@ -32,6 +32,7 @@ from servesim_cli.figures import FiguresTap, figures_of, flat_figures, read_figu
 from servesim_cli.main import main
 from tests.helpers import (
     REPO,
+    as_report_4_0,
     replay_args,
     scenario_doc,
     timing_doc,
@@ -89,7 +90,7 @@ def test_the_table_shows_the_figures_rounded_to_the_microsecond(
 ) -> None:
     assert main(["summary", str(hand_report)]) == 0
     table = capsys.readouterr().out
-    assert f"report       {hand_report} (report 4.0)" in table
+    assert f"report       {hand_report} (report 5.0)" in table
     assert "requests     3: 3 completed, 0 rejected" in table
     assert "throughput   634.25 requests/s, 1,479.92 output tokens/s" in table
     assert "makespan     0.004730 s" in table
@@ -416,19 +417,7 @@ def test_figures_of_a_report_5_0_are_those_of_its_4_0_original(hand_report: Path
         written[f"p{percent}"] for percent, _ in figures.tpot_us.percentiles
     ]
     older = hand_report.parent / "report-4.0.json"
-    older.write_text(json.dumps(_as_report_4_0(value)))
+    older.write_text(json.dumps(as_report_4_0(value)))
     assert replace(read_figures(older), file="", schema_version="") == replace(
         figures, file="", schema_version=""
     )
-
-
-def _as_report_4_0(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report 4.0 writer writes for a replay without section 13's inputs: the 5.0
-    report without R64's members."""
-    old = json.loads(json.dumps(report))
-    old["schema_version"] = "4.0"
-    for request in old["requests"]:
-        assert request.pop("session") is None
-    assert old["summary"].pop("cut_off") == 0
-    del old["summary"]["tpot_us"]
-    return old

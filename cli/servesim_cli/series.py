@@ -54,6 +54,10 @@ class ReportView:
     requests: tuple[RequestTimeline, ...]
     #: The report's own summary (R28), for percentiles in legends.
     summary: dict[str, Any]
+    #: Requests cut off by a stop time after they arrived (R62, report 5.0): (worker, arrival
+    #: or first scheduled time, the stop time). Their worker had work, so a step in flight,
+    #: from then to the stop time (R16); they count in no latency and no token series.
+    cut_off_busy: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def end_us(self) -> int:
@@ -98,7 +102,7 @@ def _request(entry: Any, index: int, file: str) -> RequestTimeline | None:
 
 
 def read_report(path: str | Path) -> ReportView:
-    """Read a report (4.0, or 3.0, 2.0 or 1.0: the members used here are the same) for the figures.
+    """Read a report (5.0, or 4.0 to 1.0: the members used here are the same) for the figures.
 
     Raises ``InvalidInput`` naming the file and the JSON pointer of a missing or ill-typed
     member. The report is not checked against its whole schema (that takes long on a big
@@ -126,6 +130,7 @@ def read_report(path: str | Path) -> ReportView:
         for index, worker in enumerate(workers)
     )
     timelines = [_request(entry, index, file) for index, entry in enumerate(requests)]
+    cut_off = [_cut_off_busy(entry, index, file) for index, entry in enumerate(requests)]
     for index, timeline in enumerate(timelines):
         if timeline is not None and not 0 <= timeline.worker < len(busy):
             message = f"worker {timeline.worker} is not in workers (0..{len(busy) - 1})"
@@ -149,7 +154,23 @@ def read_report(path: str | Path) -> ReportView:
         busy_us=busy,
         requests=tuple(timeline for timeline in timelines if timeline is not None),
         summary=summary,
+        cut_off_busy=tuple(busy for busy in cut_off if busy is not None),
     )
+
+
+def _cut_off_busy(entry: dict[str, Any], index: int, file: str) -> tuple[int, int, int] | None:
+    """A cut-off request's worker and the interval its worker was busy for it (R62, R16);
+    ``None`` for another outcome, or one cut off before it arrived (it has no worker)."""
+    path: list[str | int] = ["requests", index]
+    if entry.get("outcome") != "cut_off" or entry.get("worker") is None:
+        return None
+    worker, arrival, stop = (
+        _require(_member(entry, name, path, file), [*path, name], int, file)
+        for name in ("worker", "arrival_us", "terminal_us")
+    )
+    scheduled = entry.get("first_scheduled_us")
+    start = scheduled if isinstance(scheduled, int) and scheduled < stop else arrival
+    return worker, start, stop
 
 
 # --- latency samples ---------------------------------------------------------------------
@@ -278,10 +299,14 @@ def merged(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def busy_intervals(view: ReportView) -> list[list[tuple[int, int]]]:
-    """Each worker's busy intervals: the union of its requests' running intervals."""
+    """Each worker's busy intervals: the union of its requests' running intervals, and of
+    its cut-off requests' time with work until the stop time (R62)."""
     running: list[list[tuple[int, int]]] = [[] for _ in view.busy_us]
     for request in view.requests:
         running[request.worker].append((request.first_scheduled_us, request.completion_us))
+    for worker, start, stop in view.cut_off_busy:
+        if 0 <= worker < len(running):
+            running[worker].append((start, stop))
     return [merged(intervals) for intervals in running]
 
 

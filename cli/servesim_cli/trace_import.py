@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -18,8 +19,10 @@ from servesim.importers import (
     TooManyHashes,
     hash_block_tokens,
     read_trace,
+    select,
     workload_bytes,
 )
+from servesim.weka_sessions import weka_records
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import (
     STANDARD_OUTPUT,
@@ -33,8 +36,13 @@ from servesim_cli.messages import (
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("format", choices=sorted(READERS), help="the trace's format")
-    parser.add_argument("trace", metavar="FILE", help="the trace file")
+    parser.add_argument("format", choices=sorted([*READERS, "weka"]), help="the trace's format")
+    parser.add_argument(
+        "trace",
+        metavar="FILE",
+        nargs="+",
+        help="the trace file; weka: one or more session files, each one session",
+    )
     parser.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="the workload to write ('-': stdout)"
     )
@@ -53,6 +61,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FACTOR",
         help="divide every arrival and every session think time by FACTOR (rounded down to a "
         "microsecond); default 1",
+    )
+    parser.add_argument(
+        "--stagger",
+        type=non_negative_fraction,
+        default=Fraction(0),
+        metavar="SECONDS",
+        help="weka: start the i-th session file's session i * SECONDS after the first "
+        "(rounded down to a microsecond); default 0, all at once",
     )
     hashes = parser.add_mutually_exclusive_group()
     hashes.add_argument(
@@ -75,8 +91,15 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     window = arguments.window or (Fraction(0), None)
     if window[1] is not None and window[0] >= window[1]:
         parser.error(f"argument --window: START must be below END, found {window[0]} {window[1]}")
+    if arguments.hash_block_tokens is not None and arguments.format == "weka":
+        parser.error("argument --hash-block-tokens: weka files give their block_size")
     if arguments.hash_block_tokens is not None and arguments.format != "mooncake":
         parser.error(f"argument --hash-block-tokens: {arguments.format} traces have no hashes")
+    if arguments.format != "weka" and len(arguments.trace) > 1:
+        parser.error(f"argument FILE: {arguments.format} reads one trace file")
+    if arguments.format != "weka" and arguments.stagger:
+        parser.error("argument --stagger: only weka files are separate sessions")
+    trace = ", ".join(arguments.trace)
     block_tokens = arguments.hash_block_tokens or MOONCAKE_HASH_BLOCK_TOKENS
     options = ImportOptions(
         limit=arguments.limit,
@@ -86,8 +109,15 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         hash_block_tokens=None if arguments.no_prefix_hashes else block_tokens,
     )
     try:
-        records = list(read_trace(arguments.format, Path(arguments.trace), options))
-        blocks = hash_block_tokens(arguments.format, options)
+        if arguments.format == "weka":
+            stagger_us = math.floor(arguments.stagger * 1_000_000)
+            paths = [Path(path) for path in arguments.trace]
+            turns, block_size = weka_records(paths, stagger_us, not arguments.no_prefix_hashes)
+            records = list(select(iter(turns), options))
+            blocks = None if arguments.no_prefix_hashes else block_size
+        else:
+            records = list(read_trace(arguments.format, Path(arguments.trace[0]), options))
+            blocks = hash_block_tokens(arguments.format, options)
         data, count = workload_bytes(arguments.format, iter(records), blocks)
     except TooManyHashes as error:
         code = report_invalid(error)
@@ -100,22 +130,22 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ServesimError as error:
         return report_invalid(error)
     except OSError as error:
-        print(f"servesim: cannot read {arguments.trace}: {error.strerror}", file=sys.stderr)
+        print(f"servesim: cannot read {trace}: {error.strerror}", file=sys.stderr)
         return EXIT_INVALID_INPUT
     if count == 0:
-        print(f"servesim: {arguments.trace}: no request is left to import", file=sys.stderr)
+        print(f"servesim: {trace}: no request is left to import", file=sys.stderr)
         return EXIT_INVALID_INPUT
     try:  # values beyond the schema's bounds (R3) are the trace's fault: say so, write nothing
         load_document(data, arguments.output, "workload")
     except ServesimError as error:
-        print(f"servesim: {arguments.trace} does not make a valid workload:", file=sys.stderr)
+        print(f"servesim: {trace} does not make a valid workload:", file=sys.stderr)
         return report_invalid(error)
     written = write_output(arguments.output, data, "the workload")
     if written != EXIT_OK:
         return written
     sessions = len({record.session for record in records if record.session is not None})
     status = f"{arguments.output}: {count} requests" + (
-        f", {sessions} sessions (R65)" if sessions else ""
+        f", {sessions} sessions" if sessions else ""
     )
     print(status, file=_status_stream(arguments.output))
     return EXIT_OK
@@ -128,15 +158,20 @@ def _status_stream(output: str) -> TextIO:
 
 COMMAND = Command(
     name="import",
-    description="Import a Mooncake (JSON Lines) or Azure LLM inference (CSV) trace as a "
-    "workload. Arrivals are integer microseconds after the first record; request ids are "
-    "<format>-L<line>. A Mooncake trace's hash_ids become each request's prefix_hashes "
-    "(a workload 1.1 with prefix_hash_block_tokens, SPEC.md R47), unless --no-prefix-hashes. "
-    "Mooncake lines with a session_id become the turns of one session, in file order (a "
-    "workload 1.2, R65): turn 0 keeps its timestamp, a later turn gets turn 0's arrival and "
-    "think_time_us = delay (ms) * 1000, rounded down, so it arrives its delay after the "
-    "previous turn's answer (R59); --speedup divides think times as it divides arrivals. "
-    "Exit 2 on a malformed record, naming the file, line and field; nothing is written then.",
+    description="Import a Mooncake (JSON Lines) or Azure LLM inference (CSV) trace, or WEKA "
+    "agentic session files, as a workload. For Mooncake and Azure, arrivals are integer "
+    "microseconds after the first record; request ids are <format>-L<line>. A Mooncake "
+    "trace's hash_ids become each request's prefix_hashes (a workload 1.1 with "
+    "prefix_hash_block_tokens, SPEC.md R47), unless --no-prefix-hashes. Mooncake lines with a "
+    "session_id become the turns of one session, in file order (a workload 1.2, R65): turn 0 "
+    "keeps its timestamp, a later turn gets turn 0's arrival and think_time_us = delay (ms) * "
+    "1000, rounded down, so it arrives its delay after the previous turn's answer (R59); "
+    "--speedup divides think times as it divides arrivals. Weka agentic session files (one "
+    "session each, with prefix hashes of block_size tokens, scoped to their file) become "
+    "sessions the same way, think_time in seconds, each starting --stagger after the one "
+    "before; a sub-agent is a session of its own from its spawn. Exit 2 on a malformed "
+    "record, naming the file and the line and field (or JSON pointer); nothing is written "
+    "then.",
     add_arguments=_add_arguments,
     run=_run,
 )

@@ -90,6 +90,8 @@ class TraceRecord:
     """R59: the session this record is a turn of, if the trace says (R65)."""
     think_time_us: int | None = None
     """R59: for a later turn, the client's delay after the previous turn's answer."""
+    request_id: str | None = None
+    """The request's id, for a format whose records are not lines (else ``<format>-L<line>``)."""
 
 
 def _field(record: dict[str, Any], name: str, file: str, line: int) -> int:
@@ -327,7 +329,7 @@ def select(records: Iterator[TraceRecord], options: ImportOptions) -> Iterator[T
 
 def _request(source: str, record: TraceRecord) -> dict[str, Any]:
     request: dict[str, Any] = {
-        "id": f"{source}-L{record.line}",
+        "id": record.request_id or f"{source}-L{record.line}",
         "arrival_us": record.offset_us,
         "prompt_tokens": record.prompt_tokens,
         "max_output_tokens": record.output_tokens,
