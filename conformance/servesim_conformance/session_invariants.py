@@ -101,7 +101,8 @@ def turn_release(request: Document, previous: Document, scenario: Document) -> i
     after_think: int = previous["terminal_us"] + request.get("think_time_us", 0)
     if in_flight_limit(scenario) is not None:
         return after_think
-    return max(request["arrival_us"], after_think)
+    recorded: int = request["arrival_us"]
+    return max(recorded, after_think)
 
 
 def _arrival_or_none(release: int | None, scenario: Document) -> int | None:
