@@ -2,7 +2,8 @@
 
 These are the spec's invariants (SPEC.md R9 to R11, R16 to R21, R25 to R30; the KV cache's, R45
 to R53, are in ``kv_invariants``, state-aware routing's, R54 to R57, in ``routing_invariants``,
-both exported here) restated as checks on observable output, so
+sessions', the closed loop's, the stop time's and goodput's, R59 to R64, in
+``session_invariants``, all exported here) restated as checks on observable output, so
 that they run against any implementation. Each check raises ``InvariantViolation`` naming the
 rule and the offending request or step.
 """
@@ -31,6 +32,22 @@ from servesim_conformance.routing_invariants import (
     check_least_loaded,
     check_routing,
 )
+from servesim_conformance.session_invariants import (
+    check_closed_loop_releases,
+    check_cut_off_entries,
+    check_goodput,
+    check_in_flight,
+    check_objectives,
+    check_open_loop_arrivals,
+    check_outcome_counts,
+    check_session_members,
+    check_sessions,
+    check_stop_time,
+    check_tpot,
+    check_turns,
+    stop_time,
+    stop_time_of,
+)
 from servesim_conformance.violations import Document, InvariantViolation, require
 
 __all__ = [
@@ -39,7 +56,11 @@ __all__ = [
     "check_cache_aware",
     "check_cached_blocks_at_routing",
     "check_cached_blocks_reported",
+    "check_closed_loop_releases",
+    "check_cut_off_entries",
+    "check_goodput",
     "check_hashes_change_nothing",
+    "check_in_flight",
     "check_kv_absent",
     "check_kv_blocks",
     "check_kv_capacity",
@@ -47,7 +68,15 @@ __all__ = [
     "check_kv_reuse",
     "check_kv_summary",
     "check_least_loaded",
+    "check_objectives",
+    "check_open_loop_arrivals",
+    "check_outcome_counts",
     "check_routing",
+    "check_session_members",
+    "check_sessions",
+    "check_stop_time",
+    "check_tpot",
+    "check_turns",
     "without_prefix_hashes",
 ]
 
@@ -81,11 +110,21 @@ def check_terminal_states(scenario: Document, workload: Document, report: Docume
     _require(
         ids == [r["id"] for r in workload["requests"]], "R26", "requests not in workload order"
     )
+    stop = stop_time(scenario)
     for request, entry in zip(workload["requests"], entries, strict=True):
         rid = request["id"]
+        if entry["arrival_us"] is None:
+            # R62: never arrived (released at the stop time or later), so never judged by R10
+            _require(stop is not None, "R26", f"{rid}: no arrival without a stop time")
+            _require(entry["outcome"] == "cut_off", "R62", f"{rid}: never arrived, not cut off")
+            _require(entry["reject_reason"] is None, "R62", f"{rid}: never arrived, rejected")
+            continue
         reason = expected_reject_reason(request, scenario["scheduler"], cache_of(scenario))
         _require(entry["reject_reason"] == reason, "R10", f"{rid}: reason {entry['reject_reason']}")
-        if reason is None:
+        if reason is None and entry["outcome"] == "cut_off" and stop is not None:
+            # R62: accepted, then cut off at the stop time before it completed
+            _require(0 <= entry["worker"] < scenario["fleet"]["workers"], "R12", f"{rid}: worker")
+        elif reason is None:
             _require(entry["outcome"] == "completed", "R9", f"{rid} did not complete")
             count = request["max_output_tokens"]
             _require(entry["output_tokens"] == count, "R11", f"{rid}: wrong output_tokens")
@@ -99,8 +138,11 @@ def check_terminal_states(scenario: Document, workload: Document, report: Docume
             _require(entry["terminal_us"] == entry["arrival_us"], "R10", f"{rid}: rejection time")
             _require(entry["token_times_us"] == [], "R10", f"{rid}: rejected with tokens")
     summary = report["summary"]
+    # R64: a report older than 5.0 has no ``cut_off`` member and no cut-off request (R37's
+    # migration to 5.0 adds 0)
+    cut_off = summary.get("cut_off", 0)
     _require(
-        summary["completed"] + summary["rejected"] == summary["requests"] == len(entries),
+        summary["completed"] + summary["rejected"] + cut_off == summary["requests"] == len(entries),
         "R28",
         "counts do not add up",
     )
@@ -140,7 +182,8 @@ def check_token_times(report: Document) -> None:
         )
         _require(entry["queue_us"] == entry["first_scheduled_us"] - entry["arrival_us"], "R26", rid)
         _require(entry["ttft_us"] == times[0] - entry["arrival_us"], "R26", f"{rid}: ttft")
-        _require(entry["e2e_us"] == times[-1] - entry["arrival_us"], "R26", f"{rid}: e2e")
+        if entry["completion_us"] is not None:
+            _require(entry["e2e_us"] == times[-1] - entry["arrival_us"], "R26", f"{rid}: e2e")
 
 
 def check_trace_consistency(report: Document) -> None:
@@ -154,6 +197,7 @@ def check_trace_consistency(report: Document) -> None:
     for step in trace:
         by_worker[step["worker"]].append(step)
     entries = {entry["id"]: entry for entry in report["requests"]}
+    stop = stop_time_of(report)
     prefilled: dict[str, int] = defaultdict(int)
     decoded: dict[str, int] = defaultdict(int)
     for worker, steps in by_worker.items():
@@ -170,6 +214,13 @@ def check_trace_consistency(report: Document) -> None:
                 f"{where}: the worker sat idle with work",
             )
             previous_end = step["end_us"]
+            if stop is not None and step["end_us"] > stop:
+                # R62: a cut step was formed, but its end never happened: it produced nothing
+                cut = step["decode_requests"] + [item["id"] for item in step["prefill"]]
+                for rid in cut:
+                    outcome = entries[rid]["outcome"]
+                    _require(outcome == "cut_off", "R62", f"{where} is cut, {rid} {outcome}")
+                continue
             for item in step["prefill"]:
                 prefilled[item["id"]] += item["tokens"]
                 _require(entries[item["id"]]["worker"] == worker, "R12", f"{where}: wrong worker")
@@ -178,8 +229,30 @@ def check_trace_consistency(report: Document) -> None:
     for rid, entry in entries.items():
         if entry["outcome"] == "completed":
             check_accounted(entry, prefilled[rid], decoded[rid])
+        elif entry["outcome"] == "cut_off":
+            check_accounted_cut_off(entry, prefilled[rid], decoded[rid])
         else:
             _require(rid not in prefilled and rid not in decoded, "R10", f"{rid}: was run")
+
+
+def check_accounted_cut_off(entry: Document, prefilled: int, decoded: int) -> None:
+    """R20, R62: what a cut-off request's ended steps gave it is what it produced. Never
+    preempted, it prefilled its whole prompt (less its reuse) exactly when it produced a first
+    token, and decoded every token after the first; preempted, it decoded at most that."""
+    rid, output = entry["id"], entry["output_tokens"]
+    if entry["preemptions"] > 0:
+        _require(decoded <= max(0, output - 1), "R62", f"{rid}: decoded {decoded} times")
+        return
+    if entry["first_scheduled_us"] is None:
+        _require(prefilled == decoded == 0, "R62", f"{rid}: never admitted, yet run")
+        return
+    to_compute = entry["prompt_tokens"] - entry["reused_prompt_tokens"]
+    if output == 0:
+        _require(prefilled < to_compute, "R20", f"{rid}: prefilled its prompt, made no token")
+        _require(decoded == 0, "R20", f"{rid}: decoded {decoded} times without a first token")
+        return
+    _require(prefilled == to_compute, "R20", f"{rid}: prefilled {prefilled}, not {to_compute}")
+    _require(decoded == output - 1, "R20", f"{rid}: decoded {decoded} times")
 
 
 def check_accounted(entry: Document, prefilled: int, decoded: int) -> None:
@@ -213,13 +286,16 @@ def check_counts(report: Document) -> None:
     completed = [e for e in entries if e["outcome"] == "completed"]
     output = sum(e["output_tokens"] for e in completed)
     _require(summary["output_tokens"] == output, "R28", "output_tokens")
-    _require(output == sum(w["output_tokens"] for w in workers), "R29", "output_tokens")
+    # R29, R62: a worker counts the tokens of its cut-off requests too; the summary does not
+    produced = sum(e["output_tokens"] for e in entries)
+    _require(produced == sum(w["output_tokens"] for w in workers), "R29", "output_tokens")
+    cut_off = any(e["outcome"] == "cut_off" for e in entries)
     caches = [w["kv_cache"] for w in workers if w["kv_cache"] is not None]
     reused = sum(cache["reused_tokens"] for cache in caches)
     preempted = sum(cache["preemptions"] for cache in caches)
     computed = sum(w["prefill_tokens"] for w in workers) + reused
     # R29, R48, R49: every prompt token is prefilled or reused; a recompute does it again.
-    if preempted == 0:
+    if preempted == 0 and not cut_off:
         _require(summary["prompt_tokens"] == computed, "R29", "prefill and reuse")
     else:
         _require(summary["prompt_tokens"] <= computed, "R29", "prefill and reuse")
@@ -227,11 +303,17 @@ def check_counts(report: Document) -> None:
     if report["trace"] is not None:
         _require(summary["steps"] == len(report["trace"]), "R30", "trace length")
     _require(summary["completed"] == sum(w["completed"] for w in workers), "R29", "completed")
-    _require(sum(w["routed"] for w in workers) == summary["completed"], "R29", "routed")
+    routed = sum(e["worker"] is not None for e in entries)
+    _require(sum(w["routed"] for w in workers) == routed, "R29", "routed")
+    first_tokens: dict[int, int] = defaultdict(int)
+    for entry in entries:
+        if entry["output_tokens"] >= 1:
+            first_tokens[entry["worker"]] += 1
     for worker in workers:
-        # R29: decode tokens plus one per prefill completed: one per completed request, plus
-        # (R51) one per recompute completed, at most one per preemption.
-        tokens = worker["decode_tokens"] + worker["completed"]
+        # R29: decode tokens plus one per prefill completed: one per request that produced a
+        # token (every completed one, R62: a cut-off one too), plus (R51) one per recompute
+        # completed, at most one per preemption.
+        tokens = worker["decode_tokens"] + first_tokens[worker["worker"]]
         recomputes = 0 if worker["kv_cache"] is None else worker["kv_cache"]["preemptions"]
         _require(
             tokens <= worker["output_tokens"] <= tokens + recomputes,
@@ -318,6 +400,7 @@ def check_report(scenario: Document, workload: Document, report: Document) -> No
         lambda: check_kv_summary(scenario, report),
         lambda: check_kv_blocks(scenario, workload, report),
         lambda: check_routing(scenario, workload, report),
+        lambda: check_sessions(scenario, workload, report),
     ]
     for check in checks:
         check()

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 
+from servesim_conformance.session_invariants import stop_time_of
 from servesim_conformance.violations import Document, require
 
 
@@ -116,9 +117,10 @@ def check_kv_reuse(scenario: Document, workload: Document, report: Document) -> 
     first_reuse: dict[int, int] = defaultdict(int)
     for entry in report["requests"]:
         rid, reused = entry["id"], entry["reused_prompt_tokens"]
-        if entry["outcome"] != "completed":
-            require(reused == 0, "R52", f"{rid}: a rejected request reused {reused} tokens")
-            require(entry["preemptions"] == 0, "R52", f"{rid}: a rejected request was preempted")
+        if entry["first_scheduled_us"] is None:
+            # rejected, or cut off before its admission (R62): never admitted
+            require(reused == 0, "R52", f"{rid}: a request never admitted reused {reused}")
+            require(entry["preemptions"] == 0, "R52", f"{rid}: never admitted, yet preempted")
             continue
         require(reused % block_tokens == 0, "R48", f"{rid}: reused {reused}, not whole blocks")
         require(reused <= entry["prompt_tokens"] - 1, "R48", f"{rid}: reused {reused} tokens")
@@ -160,7 +162,9 @@ def check_kv_preemptions(scenario: Document, report: Document) -> None:
     by_worker: dict[int, int] = defaultdict(int)
     for rid, entry in entries.items():
         if entry["preemptions"] > 0:
-            require(entry["outcome"] == "completed", "R9", f"{rid}: preempted, then not completed")
+            # R62: a stop time may cut it off before it completes
+            outcome = entry["outcome"]
+            require(outcome != "rejected", "R9", f"{rid}: preempted, then {outcome}")
             require(
                 len(entry["token_times_us"]) == entry["output_tokens"],
                 "R49",
@@ -319,6 +323,7 @@ def _replay_worker(
     block_tokens: int,
 ) -> list[_Admission]:
     """Replay one worker's steps (R49 to R51), checking each; its admissions, in order."""
+    stop = stop_time_of({"requests": list(entries.values())})
     running: dict[str, _Admission] = {}
     admissions: list[_Admission] = []
     admitted: set[str] = set()
@@ -359,10 +364,13 @@ def _replay_worker(
             "R46",
             f"{where}: {in_use} blocks in use, its running requests hold {low}..{high}",
         )
+        if stop is not None and end > stop:
+            break  # R62: a cut step ends nothing; it is its worker's last
         _end_step(step, running, entries, block_tokens, where)
         for rid in [rid for rid in running if entries[rid]["completion_us"] == end]:
             del running[rid]
-    require(not running, "R9", f"requests {sorted(running)} still running after the last step")
+    left = sorted(rid for rid in running if entries[rid]["outcome"] != "cut_off")
+    require(not left, "R9", f"requests {left} still running after the last step")
     return admissions
 
 

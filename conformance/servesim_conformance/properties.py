@@ -70,6 +70,18 @@ def reads_state_aware_routing(description: Description) -> bool:
     )
 
 
+def reads_sessions(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.3 and workload 1.2,
+    the versions with sessions, the closed loop, the stop time and the objectives (R64), and
+    scenario 1.2 and workload 1.1 (the cache and routing members generated cases combine them
+    with)."""
+    versions = (("scenario", "1.3"), ("workload", "1.2"))
+    return reads_state_aware_routing(description) and all(
+        description.declares(kind, version) and version in SUPPORTED_VERSIONS[kind]
+        for kind, version in versions
+    )
+
+
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
     """The reference's report bytes for generated documents, in-process."""
     loaded = [

@@ -65,7 +65,9 @@ def routed_in_arrival_order(
     scenario: Document, workload: Document, report: Document
 ) -> list[Routed]:
     """The accepted requests (those with a worker) in R8's order: by arrival, then list order;
-    the report lists them in workload order (R26)."""
+    the report lists them in workload order (R26). The arrival is the report's, the time the
+    request actually arrived (a session's later turn or a closed loop's release, R59 to R61),
+    and at one instant arrivals go in workload order (R60)."""
     cache = cache_of(scenario)
     block_tokens = cache["block_tokens"] if cache else 0
     pairs = zip(workload["requests"], report["requests"], strict=True)
@@ -79,7 +81,7 @@ def routed_in_arrival_order(
         for request, entry in pairs
         if entry["worker"] is not None
     ]
-    return sorted(routed, key=lambda item: item.request["arrival_us"])
+    return sorted(routed, key=lambda item: item.entry["arrival_us"])
 
 
 def shared_blocks(first: Routed, second: Routed, per_hash: int) -> int:
@@ -129,7 +131,7 @@ class Fleet:
         filled or hit, so is registered (R47, R48, R51); on a worker that never evicts, nothing
         leaves its registry (R49), so those blocks are all still there.
         """
-        arrival = request.request["arrival_us"]
+        arrival = request.entry["arrival_us"]
         most = least = 0
         for earlier in self.routed[worker]:
             scheduled, first_token = (
@@ -192,7 +194,7 @@ def check_least_loaded(scenario: Document, workload: Document, report: Document)
     fleet = _fleet(scenario, workload, report)
     draws = seeded_draws(scenario)
     for item in routed_in_arrival_order(scenario, workload, report):
-        now, chosen = item.request["arrival_us"], item.entry["worker"]
+        now, chosen = item.entry["arrival_us"], item.entry["worker"]
         counts = [len(fleet.outstanding(w, now)) for w in range(fleet.workers)]
         tied = [w for w, count in enumerate(counts) if count == min(counts)]
         expected = tied[0] if draws is None else tied[next(draws) % len(tied)]
@@ -250,7 +252,7 @@ def check_cache_aware(scenario: Document, workload: Document, report: Document) 
     seeded = scenario["routing"].get("seed") is not None
     fleet = _fleet(scenario, workload, report)
     for item in routed_in_arrival_order(scenario, workload, report):
-        now, chosen, rid = item.request["arrival_us"], item.entry["worker"], item.entry["id"]
+        now, chosen, rid = item.entry["arrival_us"], item.entry["worker"], item.entry["id"]
         paid = _cost(scenario, fleet, item, chosen, item.entry["cached_blocks_at_routing"])
         for worker in range(fleet.workers):
             if worker == chosen:
@@ -269,7 +271,7 @@ def check_cache_aware(scenario: Document, workload: Document, report: Document) 
 def _cost(scenario: Document, fleet: Fleet, item: Routed, worker: int, cached: int) -> int:
     """R56: ``prefill_weight * (ceil(prompt / B) - cached) + load_weight * load_blocks(w)``."""
     prefill_weight, load_weight = weights(scenario)
-    load = fleet.load_blocks(worker, item.request["arrival_us"])
+    load = fleet.load_blocks(worker, item.entry["arrival_us"])
     return prefill_weight * (item.prompt_blocks - cached) + load_weight * load
 
 

@@ -560,3 +560,120 @@ def narrow_measured_input_triples() -> st.SearchStrategy[
         }
     )
     return st.tuples(scenarios(), workloads(), profile)
+
+
+# --- Sessions, closed loop, a stop time and goodput (SPEC.md section 13) ------------------------
+
+
+@st.composite
+def think_times(draw: st.DrawFn) -> int | None:
+    """A later turn's ``think_time_us`` (R59): absent, 0, or up to a few steps' worth. Shrinks
+    towards absent."""
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        return None
+    if choice == 1:
+        return 0
+    return draw(st.integers(1, 5_000))
+
+
+@st.composite
+def with_sessions(draw: st.DrawFn, workload: dict[str, Any]) -> dict[str, Any]:
+    """``workload`` (any version) as a workload 1.2 whose requests are grouped into one to three
+    sessions, some left without one (R59).
+
+    Each later turn is one of R59's three kinds: a think time after the previous answer with an
+    ``arrival_us`` at the previous turn's (as the Mooncake importer writes, R65), its own recorded
+    time (never before the previous turn's, R4) without a think time, or both. Shrinks towards
+    every request in session ``s0`` with think times after the previous answer.
+    """
+    sessions = draw(st.integers(1, 3))
+    requests = copy.deepcopy(workload["requests"])
+    last: dict[str, dict[str, Any]] = {}
+    for request in requests:
+        choice = draw(st.integers(0, sessions))  # ``sessions`` itself: no session
+        if choice == sessions:
+            continue
+        name = f"s{choice}"
+        request["session"] = name
+        previous = last.get(name)
+        last[name] = request
+        if previous is None:
+            continue
+        kind = draw(st.sampled_from(("think", "recorded", "both")))
+        if kind == "think":
+            request["arrival_us"] = previous["arrival_us"]
+        else:
+            request["arrival_us"] = max(request["arrival_us"], previous["arrival_us"])
+        think = draw(think_times()) if kind != "recorded" else None
+        if think is not None:
+            request["think_time_us"] = think
+    result = {**workload, "schema_version": "1.2", "requests": requests}
+    if last:
+        result["sessions"] = [{"id": name} for name in sorted(last)]
+    return result
+
+
+@st.composite
+def objectives(draw: st.DrawFn) -> dict[str, int]:
+    """An ``slo`` (R63): one to three bounds, now and then 0 (only a perfect request meets it),
+    mostly within the latencies generated runs have. Shrinks towards ``ttft_us`` alone, 0."""
+    bound = st.one_of(st.just(0), st.integers(0, 20_000), st.integers(0, 500_000))
+    names = draw(
+        st.lists(st.sampled_from(("ttft_us", "mean_itl_us", "e2e_us")), min_size=1, unique=True)
+    )
+    return {name: draw(bound) for name in names}
+
+
+@st.composite
+def stop_times(draw: st.DrawFn, workload: dict[str, Any]) -> int:
+    """A ``stop_at_us`` after the workload's first arrival (R4, R62): mostly within a run of a
+    few steps, sometimes far beyond every terminal time. Shrinks towards one microsecond after
+    the first arrival."""
+    first = min(request["arrival_us"] for request in workload["requests"])
+    scale = draw(st.sampled_from((2_000, 20_000, 200_000, 5_000_000)))
+    return int(first + draw(st.integers(1, scale)))
+
+
+@st.composite
+def load_controls(
+    draw: st.DrawFn,
+    scenario: dict[str, Any],
+    workload: dict[str, Any],
+    *,
+    closed_loop: bool | None = None,
+    stop: bool | None = None,
+    slo: bool | None = None,
+) -> dict[str, Any]:
+    """``scenario`` as a scenario 1.3 with, each drawn unless forced (True or False): a closed
+    loop of 1 to 4 in flight (R61), a stop time (R62) and objectives (R63). Shrinks towards none
+    of them."""
+    result = {**copy.deepcopy(scenario), "schema_version": "1.3"}
+    if closed_loop if closed_loop is not None else draw(st.booleans()):
+        result["closed_loop"] = {"max_in_flight": draw(st.integers(1, 4))}
+    if stop if stop is not None else draw(st.booleans()):
+        result["stop_at_us"] = draw(stop_times(workload))
+    if slo if slo is not None else draw(st.booleans()):
+        result["slo"] = draw(objectives())
+    return result
+
+
+@st.composite
+def session_input_triples(
+    draw: st.DrawFn,
+    base: st.SearchStrategy[Documents] | None = None,
+    *,
+    closed_loop: bool | None = None,
+    stop: bool | None = None,
+    slo: bool | None = None,
+) -> Documents:
+    """(scenario 1.3, workload 1.2, profile): a triple of ``base`` (``input_triples()`` by
+    default; ``kv_input_triples()`` or ``routed_input_triples()`` combine sections 11 and 12)
+    with its requests grouped into sessions four times in five (R59), and ``load_controls``."""
+    scenario, workload, timing = draw(base if base is not None else input_triples())
+    if draw(st.integers(0, 4)) < 4:
+        workload = draw(with_sessions(workload))
+    else:
+        workload = {**workload, "schema_version": "1.2"}
+    scenario = draw(load_controls(scenario, workload, closed_loop=closed_loop, stop=stop, slo=slo))
+    return scenario, workload, timing

@@ -25,6 +25,7 @@ from servesim_conformance.properties import (
     at_current_version,
     input_bytes,
     reads_kv_cache,
+    reads_sessions,
     reads_state_aware_routing,
     reference_report,
     write_case,
@@ -36,6 +37,7 @@ from servesim_conformance.strategies import (
     kv_input_triples,
     measured_input_triples,
     routed_input_triples,
+    session_input_triples,
 )
 
 EXAMPLES = int(os.environ.get("SERVESIM_PROPERTY_EXAMPLES", "25"))
@@ -278,3 +280,68 @@ def test_state_aware_routing_differential_against_reference(
     --differential, and only when both read scenario 1.2)."""
     _needs_state_aware_routing(description)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-routing")
+
+
+# --- Sessions, closed loop, a stop time and goodput (SPEC.md section 13) -----------------------
+
+#: Sessions, closed loop, stop time and objectives on every earlier kind of input.
+session_triples = st.one_of(
+    session_input_triples(),
+    session_input_triples(kv_input_triples()),
+    session_input_triples(routed_input_triples()),
+)
+
+
+def _needs_sessions(description: Description) -> None:
+    """Skip unless the implementation (and the reference) read scenario 1.3 and workload 1.2."""
+    if not reads_sessions(description):
+        pytest.skip("the implementation does not declare scenario 1.3 and workload 1.2 (R64)")
+
+
+@tier
+@given(documents=session_triples)
+def test_sessions_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R59 to R64: turns never overlap and arrive at their release, at most N units in flight
+    and each released when one ends, nothing at or after the stop time and everything unfinished
+    cut off there, slo_met by R63's inclusive integer bounds, goodput within throughput, tpot_us
+    over the completed requests with two tokens or more; and every invariant of sections 3 to
+    7, 11 and 12."""
+    _needs_sessions(description)
+    scenario, workload, timing = documents
+    report = runner.report(documents)
+    invariants.check_report(scenario, workload, report)
+    invariants.check_step_shapes(timing, report)
+    invariants.check_digests(input_bytes(documents), report)
+
+
+@tier
+@given(documents=session_triples)
+def test_sessions_a_stop_after_every_terminal_time_changes_nothing(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R62 (metamorphic): a stop time after the last terminal time changes nothing but the
+    scenario's digest."""
+    _needs_sessions(description)
+    scenario, workload, timing = documents
+    free = {key: value for key, value in scenario.items() if key != "stop_at_us"}
+    full = runner.report((free, workload, timing))
+    last = max(entry["terminal_us"] for entry in full["requests"])
+    late = runner.report(({**free, "stop_at_us": last + 1}, workload, timing))
+    late["inputs"]["scenario"] = full["inputs"]["scenario"]
+    assert late == full
+
+
+@tier
+@given(documents=session_triples)
+def test_sessions_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on section 13 (only with --differential, and
+    only when both read scenario 1.3 and workload 1.2)."""
+    _needs_sessions(description)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-sessions")
