@@ -8,10 +8,8 @@ cache under memory pressure, state-aware routing). Stop times are drawn two ways
 (``load_controls``), and on the instants where R62's boundaries matter, at, just before or just
 after an event of the unstopped run (a step's start or end, an arrival, a terminal time).
 
-One disagreement is known, and the plain loop is the one at fault
-(``test_known_disagreement_cut_off_is_not_rejected``): it counts a cut-off request as rejected in
-``summary.rejected``. ``plain_report_5_0`` undoes exactly that and nothing else, so that the
-rest of the report is still compared byte for byte.
+``test_cut_off_is_not_rejected`` pins the one disagreement the two once had: the plain loop
+counted a cut-off request as rejected in ``summary.rejected`` (R28, R64).
 
 ``SERVESIM_SESSION_EXAMPLES`` sets the examples of each test (default 100; a third of that on
 longer workloads); ``SERVESIM_SESSION_EXAMPLES=3000`` runs a large batch.
@@ -23,11 +21,9 @@ import json
 import os
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.canonical import canonical_bytes
 from servesim_conformance.properties import Documents, reference_report
 from servesim_conformance.strategies import (
     kv_input_triples,
@@ -41,22 +37,8 @@ EXAMPLES = int(os.environ.get("SERVESIM_SESSION_EXAMPLES", "100"))
 LONGER = max(EXAMPLES // 3, 1)
 
 
-def plain_report_5_0(documents: Documents, *, trace: bool = True) -> bytes:
-    """The plain loop's report, its one known disagreement undone: where its
-    ``summary.rejected`` is ``requests - completed`` although some request was cut off, the
-    count of rejected requests instead (R28, R64: ``completed + rejected + cut_off =
-    requests``). Any other value is left as it is, so any other fault still shows."""
-    data = plain_report(documents, trace=trace)
-    report = json.loads(data)
-    summary = report["summary"]
-    if summary["cut_off"] and summary["rejected"] == summary["requests"] - summary["completed"]:
-        summary["rejected"] = sum(entry["outcome"] == "rejected" for entry in report["requests"])
-        return bytes(canonical_bytes(report)) + b"\n"
-    return data
-
-
 def assert_agree(documents: Documents, *, trace: bool = True) -> None:
-    assert reference_report(documents, trace=trace) == plain_report_5_0(documents, trace=trace)
+    assert reference_report(documents, trace=trace) == plain_report(documents, trace=trace)
 
 
 #: The smallest input of the known disagreement: one request, stop time 1, its first token at 1.
@@ -92,13 +74,7 @@ CUT_OFF_AT_ITS_FIRST_TOKEN: Documents = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plain loop writes summary.rejected = requests - completed, counting cut-off "
-    "requests as rejected (R28, R64 say completed + rejected + cut_off = requests); when it is "
-    "fixed this passes: drop the xfail and plain_report_5_0's undoing",
-)
-def test_known_disagreement_cut_off_is_not_rejected() -> None:
+def test_cut_off_is_not_rejected() -> None:
     """r0 arrives at 0; the step [0, 1) ends at the stop time, so its end is processed (R62)
     and r0 has its first token at 1; no step starts at 1: r0 is cut off at 1. The summary has 0
     completed, 0 rejected, 1 cut off."""
