@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -178,3 +180,28 @@ def as_report_1_0(report: dict[str, Any]) -> dict[str, Any]:
     for entry in old["trace"] or []:
         del entry["shape"]
     return old
+
+
+def run_plain_loop(
+    plain: ModuleType,
+    folder: Path,
+    documents: tuple[Any, Any, Any],
+    version: str,
+    *options: str,
+) -> tuple[int, str, dict[str, Any] | None]:
+    """Exit code, standard error and report of the plain loop (``plain``, the loaded
+    ``servesim_independent`` module) replaying (scenario, workload, timing profile) in
+    ``folder``, writing report ``version``; ``options`` such as ``--trace`` follow."""
+    paths = {}
+    for name, document in zip(("s", "w", "t"), documents, strict=True):
+        paths[name] = folder / f"{name}.json"
+        paths[name].write_text(json.dumps(document))
+    output = folder / "r.json"
+    arguments = ["replay", "--scenario", str(paths["s"]), "--workload", str(paths["w"])]
+    arguments += ["--timing-profile", str(paths["t"]), "--output", str(output)]
+    arguments += ["--report-version", version, *options]
+    error = io.StringIO()
+    with contextlib.redirect_stderr(error):
+        code = plain.main(arguments)
+    report = json.loads(output.read_text()) if output.exists() else None
+    return code, error.getvalue(), report

@@ -7,15 +7,13 @@ derivation is in each test's docstring. The timing profile makes every step last
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import REPO, load_module
+from tests.helpers import REPO, load_module, run_plain_loop
 
 INDEPENDENT = REPO / "conformance" / "examples" / "independent"
 PLAIN = load_module("servesim_independent_routing", INDEPENDENT / "servesim_independent.py")
@@ -77,29 +75,7 @@ def run(
     folder: Path, scn: Any, wl: Any, version: str = "4.0"
 ) -> tuple[int, str, dict[str, Any] | None]:
     """Exit code, standard error and report of the plain loop writing report `version`."""
-    paths = {}
-    for name, document in (("s", scn), ("w", wl), ("t", ONE_US_STEPS)):
-        paths[name] = folder / f"{name}.json"
-        paths[name].write_text(json.dumps(document))
-    output = folder / "r.json"
-    arguments = [
-        "replay",
-        "--scenario",
-        str(paths["s"]),
-        "--workload",
-        str(paths["w"]),
-        "--timing-profile",
-        str(paths["t"]),
-        "--output",
-        str(output),
-        "--report-version",
-        version,
-    ]
-    error = io.StringIO()
-    with contextlib.redirect_stderr(error):
-        code = PLAIN.main(arguments)
-    report = json.loads(output.read_text()) if output.exists() else None
-    return code, error.getvalue(), report
+    return run_plain_loop(PLAIN, folder, (scn, wl, ONE_US_STEPS), version)
 
 
 def placed(report: dict[str, Any] | None) -> dict[str, tuple[Any, Any]]:

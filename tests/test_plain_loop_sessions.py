@@ -8,8 +8,6 @@ ns per decoding request), one worker, whole prefill, budget 64 tokens, 8 sequenc
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.helpers import REPO, load_module
+from tests.helpers import REPO, load_module, run_plain_loop
 
 INDEPENDENT = REPO / "conformance" / "examples" / "independent"
 PLAIN = load_module("servesim_independent_sessions", INDEPENDENT / "servesim_independent.py")
@@ -85,31 +83,8 @@ def run(
     trace: bool = False,
 ) -> tuple[int, str, dict[str, Any] | None]:
     """Exit code, standard error and report of the plain loop."""
-    paths = {}
-    for name, document in (("s", scn), ("w", wl), ("t", tp or timing())):
-        paths[name] = folder / f"{name}.json"
-        paths[name].write_text(json.dumps(document))
-    output = folder / "r.json"
-    arguments = [
-        "replay",
-        "--scenario",
-        str(paths["s"]),
-        "--workload",
-        str(paths["w"]),
-        "--timing-profile",
-        str(paths["t"]),
-        "--output",
-        str(output),
-        "--report-version",
-        version,
-    ]
-    if trace:
-        arguments.append("--trace")
-    error = io.StringIO()
-    with contextlib.redirect_stderr(error):
-        code = PLAIN.main(arguments)
-    report = json.loads(output.read_text()) if output.exists() else None
-    return code, error.getvalue(), report
+    options = ("--trace",) if trace else ()
+    return run_plain_loop(PLAIN, folder, (scn, wl, tp or timing()), version, *options)
 
 
 def ok(folder: Path, *args: Any, **kwargs: Any) -> dict[str, Any]:
