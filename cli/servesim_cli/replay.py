@@ -7,7 +7,6 @@ import json
 import os
 import sys
 
-from servesim import __version__
 from servesim.describe import description
 from servesim.documents import Document
 from servesim.errors import OutOfCoverage, ServesimError
@@ -84,6 +83,8 @@ def _warn_about_coverage(scenario: Document, workload: Document, timing: Documen
 
 def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if arguments.describe:
+        from servesim import __version__  # looked up only here (see servesim.__getattr__)
+
         print(json.dumps(description(__version__), indent=2))
         return EXIT_OK
     missing = [
