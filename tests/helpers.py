@@ -22,6 +22,7 @@ __all__ = [
     "as_report_1_0",
     "as_report_2_0",
     "as_report_3_0",
+    "as_report_4_0",
     "load_module",
     "replay_args",
     "run_servesim",
@@ -125,10 +126,26 @@ def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def as_report_4_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 4.0 writer writes for the same replay (no sessions, closed loop, stop time
+    or objectives): the 5.0 ``report`` without R64's members (SPEC.md R64)."""
+    old = copy.deepcopy(report)
+    old["schema_version"] = "4.0"
+    for request in old["requests"]:
+        session = request.pop("session")
+        assert session is None, "a 4.0 report comes from a workload without sessions"
+        assert "slo_met" not in request, "a 4.0 report comes from a scenario without slo"
+    summary = old["summary"]
+    assert summary.pop("cut_off") == 0, "a 4.0 report comes from a scenario without a stop time"
+    assert "goodput" not in summary, "a 4.0 report comes from a scenario without slo"
+    del summary["tpot_us"]
+    return old
+
+
 def as_report_3_0(report: dict[str, Any]) -> dict[str, Any]:
     """What a report 3.0 writer writes for the same replay (round robin or random routing): the
-    4.0 ``report`` without R57's member (SPEC.md R57)."""
-    old = copy.deepcopy(report)
+    4.0 form of ``report`` without R57's member (SPEC.md R57)."""
+    old = as_report_4_0(report)
     old["schema_version"] = "3.0"
     for request in old["requests"]:
         cached = request.pop("cached_blocks_at_routing")

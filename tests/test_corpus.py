@@ -23,8 +23,9 @@ VALID = [case for case in CORPUS.cases if case.expectation is Expect.REPORT]
 UNCOVERED = [case for case in CORPUS.cases if case.expectation is Expect.OUT_OF_COVERAGE]
 INVALID = [case for case in CORPUS.cases if not case.valid]
 #: Rules about servesim's own tools and schema releases, not about what a replay must do; the
-#: evolution tests check them (SPEC.md section 10).
-TOOL_RULES = {"R33", "R34", "R35", "R36", "R37", "R39", "R44"}
+#: evolution tests check them (SPEC.md section 9), and the tools' own tests the others (R44
+#: calibration, R65 the Mooncake importer's sessions).
+TOOL_RULES = {"R33", "R34", "R35", "R36", "R37", "R39", "R44", "R65"}
 #: A valid case at most this big must carry a hand derivation.
 SMALL_CASE_REQUESTS = 6
 

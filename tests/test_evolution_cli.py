@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from servesim_conformance.evolution.cli import add_schema_arguments, run_schema
-from tests.evolution_fixtures import SCENARIO_1_3, SCENARIO_2_0
+from tests.evolution_fixtures import SCENARIO_1_4, SCENARIO_2_0
 from tests.helpers import REPO
 
-SCENARIO_1_2 = REPO / "schemas" / "v1" / "scenario.schema.json"
+SCENARIO_1_3 = REPO / "schemas" / "v1" / "scenario.schema.json"
 REPORT_1_0 = REPO / "schemas" / "v1" / "report.schema.json"
 
 
@@ -33,12 +33,12 @@ def schema(*argv: str | Path) -> int:
 @pytest.mark.parametrize(
     ("old", "new", "options", "expected"),
     [
-        (SCENARIO_1_2, SCENARIO_1_3, (), 0),
-        (SCENARIO_1_2, SCENARIO_1_3, ("--direction", "forward"), 1),
-        (SCENARIO_1_2, SCENARIO_1_3, ("--direction", "both"), 1),
-        (SCENARIO_1_3, SCENARIO_2_0, (), 1),
-        (SCENARIO_1_3, SCENARIO_2_0, ("--examples", "0"), 2),
-        (SCENARIO_1_2, SCENARIO_1_2, ("--direction", "both"), 0),
+        (SCENARIO_1_3, SCENARIO_1_4, (), 0),
+        (SCENARIO_1_3, SCENARIO_1_4, ("--direction", "forward"), 1),
+        (SCENARIO_1_3, SCENARIO_1_4, ("--direction", "both"), 1),
+        (SCENARIO_1_4, SCENARIO_2_0, (), 1),
+        (SCENARIO_1_4, SCENARIO_2_0, ("--examples", "0"), 2),
+        (SCENARIO_1_3, SCENARIO_1_3, ("--direction", "both"), 0),
     ],
     ids=[
         "minor, backward matters",
@@ -58,19 +58,19 @@ def test_diff_exit_code_is_the_verdict(
 def test_diff_text_names_pointers_kinds_and_a_counterexample(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    schema("diff", SCENARIO_1_3, SCENARIO_2_0)
+    schema("diff", SCENARIO_1_4, SCENARIO_2_0)
     out = capsys.readouterr().out
-    assert out.startswith("scenario 1.3 -> 2.0: written by users and the conformance harness")
+    assert out.startswith("scenario 1.4 -> 2.0: written by users and the conformance harness")
     assert (
         "/properties/scheduler/properties/prefill/properties/max_chunk_tokens  property_renamed"
     ) in out
     assert "backward (matters): breaking - do new readers accept every old document?" in out
-    assert "counterexample, valid under 1.3 and rejected by 2.0:" in out
+    assert "counterexample, valid under 1.4 and rejected by 2.0:" in out
     assert "verdict (backward): breaking" in out
 
 
 def test_diff_json_is_data(capsys: pytest.CaptureFixture[str]) -> None:
-    assert schema("diff", "--json", SCENARIO_1_2, SCENARIO_1_3) == 0
+    assert schema("diff", "--json", SCENARIO_1_3, SCENARIO_1_4) == 0
     result = json.loads(capsys.readouterr().out)
     (comparison,) = result["comparisons"]
     assert comparison["verdict"] == "compatible"
@@ -125,15 +125,15 @@ def test_diff_reads_git_revisions(
         )
 
     target = tmp_path / "scenario.schema.json"
-    shutil.copy(SCENARIO_1_2, target)
+    shutil.copy(SCENARIO_1_3, target)
     git("init", "-q")
     git("add", ".")
-    git("commit", "-q", "-m", "1.2")
+    git("commit", "-q", "-m", "1.3")
     shutil.copy(SCENARIO_2_0, target)
     git("commit", "-q", "-am", "2.0")
     monkeypatch.chdir(tmp_path)  # REV:PATH is read from the repository of the current folder
     assert schema("diff", "HEAD~1:scenario.schema.json", "HEAD:scenario.schema.json") == 1
-    assert "scenario 1.2 -> 2.0" in capsys.readouterr().out
+    assert "scenario 1.3 -> 2.0" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -151,13 +151,13 @@ def test_diff_of_unreadable_input_exits_2(
     bad = tmp_path / "bad.schema.json"
     if content is not None:
         bad.write_bytes(content)
-    assert schema("diff", SCENARIO_1_2, bad) == 2
+    assert schema("diff", SCENARIO_1_3, bad) == 2
     assert message in capsys.readouterr().err
 
 
 def test_negative_examples_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as exited:
-        schema("diff", "--examples", "-1", SCENARIO_1_2, SCENARIO_1_2)
+        schema("diff", "--examples", "-1", SCENARIO_1_3, SCENARIO_1_3)
     assert exited.value.code == 2
 
 
@@ -187,11 +187,11 @@ def test_diff_refuses_an_instance_document_naming_its_own_file(
 ) -> None:
     """A scenario passed for the scenario schema would otherwise be 'compatible' with itself."""
     instance = REPO / "examples" / "basic" / "scenario.json"
-    assert schema("diff", instance, SCENARIO_1_2) == 2
+    assert schema("diff", instance, SCENARIO_1_3) == 2
     err = capsys.readouterr().err
     assert f"{instance}: not a JSON schema: it uses none of the Draft 2020-12 keywords" in err
     assert "(it looks like a scenario document)" in err
-    assert schema("diff", SCENARIO_1_2, instance) == 2
+    assert schema("diff", SCENARIO_1_3, instance) == 2
     assert f"{instance}: not a JSON schema" in capsys.readouterr().err
 
 

@@ -26,7 +26,7 @@ from servesim_conformance.evolution.compare import compare
 from servesim_conformance.evolution.diff import diff_schemas
 from servesim_conformance.evolution.model import Comparison, Direction, Effect, Verdict
 from servesim_conformance.evolution.strategies import documents
-from tests.evolution_fixtures import SCENARIO_1_3, SCENARIO_2_0, load
+from tests.evolution_fixtures import SCENARIO_1_4, SCENARIO_2_0, load
 from tests.helpers import REPO
 
 C, B, U = Verdict.COMPATIBLE, Verdict.BREAKING, Verdict.UNDECIDED
@@ -442,11 +442,11 @@ def test_compatible_verdict_is_never_contradicted(
 
 # --- the deliberate evolution of the scenario (tests/evolution_fixtures) ----------------------
 
-SCENARIO_1_2 = json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8"))
+SCENARIO_1_3 = json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8"))
 
 
-def test_minor_version_1_3_is_backward_compatible_and_shows_the_forward_break() -> None:
-    result = compare(SCENARIO_1_2, load(SCENARIO_1_3))
+def test_minor_version_1_4_is_backward_compatible_and_shows_the_forward_break() -> None:
+    result = compare(SCENARIO_1_3, load(SCENARIO_1_4))
     assert result.matters == (Direction.BACKWARD,)
     assert result.verdict() is Verdict.COMPATIBLE
     assert result.forward.verdict is Verdict.BREAKING
@@ -458,11 +458,11 @@ def test_minor_version_1_3_is_backward_compatible_and_shows_the_forward_break() 
         "version_changed",
         "property_added",
     }
-    _check_counterexamples(SCENARIO_1_2, load(SCENARIO_1_3), result)
+    _check_counterexamples(SCENARIO_1_3, load(SCENARIO_1_4), result)
 
 
 def test_major_version_2_0_is_classified_change_by_change() -> None:
-    old, new = load(SCENARIO_1_3), load(SCENARIO_2_0)
+    old, new = load(SCENARIO_1_4), load(SCENARIO_2_0)
     result = compare(old, new)
     by_pointer = {(change.pointer, change.kind): change for change in result.changes}
     prefill = "/properties/scheduler/properties/prefill"
@@ -483,15 +483,15 @@ def test_major_version_2_0_is_classified_change_by_change() -> None:
 
 @settings(max_examples=100)
 @given(data=st.data())
-def test_scenario_1_3_reads_every_scenario_the_conformance_suite_generates(
+def test_scenario_1_4_reads_every_scenario_the_conformance_suite_generates(
     data: st.DataObject,
 ) -> None:
-    """The compatible verdict of 1.2 -> 1.3 against an independent generator of scenarios."""
+    """The compatible verdict of 1.3 -> 1.4 against an independent generator of scenarios."""
     from servesim_conformance.strategies import scenarios
 
     document = data.draw(scenarios())
-    assert _plain_valid(SCENARIO_1_2, document)
-    assert _plain_valid(load(SCENARIO_1_3), document)
+    assert _plain_valid(SCENARIO_1_3, document)
+    assert _plain_valid(load(SCENARIO_1_4), document)
 
 
 def test_real_schemas_compared_with_themselves_are_compatible_without_changes() -> None:
@@ -601,5 +601,5 @@ def test_same_schemas_give_the_same_counterexamples_every_time() -> None:
     """A review pasted into a pull request must not change when it is run again."""
     from servesim_conformance.evolution.render import comparison_json
 
-    old, new = load(SCENARIO_1_3), load(SCENARIO_2_0)
+    old, new = load(SCENARIO_1_4), load(SCENARIO_2_0)
     assert comparison_json(compare(old, new)) == comparison_json(compare(old, new))

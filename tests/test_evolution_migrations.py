@@ -1,10 +1,11 @@
 """``servesim migrate``: a chain of small pure steps, and a migrated document replays the same.
 
-The reference's chain relabels timing profile, scenario and workload 1.0 -> 1.1 and scenario
-1.1 -> 1.2, and upgrades report 1.0 -> 2.0 (the calibration echo and the trace's step shapes),
-2.0 -> 3.0 (the KV cache's members, R53) and 3.0 -> 4.0 (cached_blocks_at_routing, R57). The
-chain of the deliberate evolution in ``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 1.2 ->
-1.3 -> 2.0) exercises the machinery further, and its 2.0 reader
+The reference's chain relabels timing profile, scenario and workload 1.0 -> 1.1, scenario
+1.1 -> 1.2 -> 1.3 and workload 1.1 -> 1.2, and upgrades report 1.0 -> 2.0 (the calibration echo
+and the trace's step shapes), 2.0 -> 3.0 (the KV cache's members, R53), 3.0 -> 4.0
+(cached_blocks_at_routing, R57) and 4.0 -> 5.0 (session, cut_off and tpot_us, R64). The chain of
+the deliberate evolution in ``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 1.2 -> 1.3 ->
+1.4 -> 2.0) exercises the machinery further, and its 2.0 reader
 (``load_scenario_2_0``) stands for an implementation that reads 2.0.
 """
 
@@ -35,12 +36,13 @@ from servesim_conformance.evolution.cli import (
 )
 from servesim_conformance.strategies import requests, scenarios
 from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
-from tests.evolution_fixtures import SCENARIO_1_3, SCENARIO_2_0, load, load_scenario_2_0
+from tests.evolution_fixtures import SCENARIO_1_4, SCENARIO_2_0, load, load_scenario_2_0
 from tests.helpers import (
     REPO,
     as_report_1_0,
     as_report_2_0,
     as_report_3_0,
+    as_report_4_0,
     scenario_doc,
     timing_doc,
     workload_doc,
@@ -52,14 +54,14 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = {**scenario_doc(), "schema_version": "1.2"}
+    document = {**scenario_doc(), "schema_version": "1.3"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2")
-    assert CHAIN.sources("workload") == ("1.0", "1.1")
+    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3")
+    assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
-    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0")
+    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0")
 
 
 @pytest.mark.parametrize(
@@ -70,10 +72,10 @@ def test_reference_chain_leaves_current_documents_alone() -> None:
 def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
     document: dict[str, Any],
 ) -> None:
-    """R53, R57: a 1.0 scenario or workload is a 1.1 (and a scenario a 1.2) one with the same
-    meaning."""
+    """R53, R57, R64: a 1.0 scenario or workload is a 1.1 one with the same meaning (and a
+    scenario a 1.2 and a 1.3 one, a workload a 1.2 one)."""
     migrated = CHAIN.migrate(document).document
-    current = {"scenario": "1.2", "workload": "1.1"}[document["document"]]
+    current = {"scenario": "1.3", "workload": "1.2"}[document["document"]]
     assert migrated == {**document, "schema_version": current}
     kind = document["document"]
     reports = []
@@ -114,11 +116,26 @@ def test_timing_profile_1_0_is_relabelled_and_replays_the_same() -> None:
     assert strip[0] == strip[1]
 
 
+def _has_a_4_0_form(path: Path) -> bool:
+    """Whether a golden report comes from inputs without section 13's members, as every report
+    older than 5.0 does (R64): no sessions, closed loop, stop time or objectives."""
+    scenario = json.loads((path.parent / "scenario.json").read_bytes())
+    workload = json.loads((path.parent / "workload.json").read_bytes())
+    return not ({"closed_loop", "stop_at_us", "slo"} & set(scenario) or "sessions" in workload)
+
+
+#: Every golden report of inputs without section 13's members: each has a 4.0 form (R64).
+GOLDEN_REPORTS_4_0 = [
+    path
+    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    if _has_a_4_0_form(path)
+]
+
 #: The golden reports of synthetic profiles without a cache: a measured profile's report has no
 #: 1.0 form (R38), nor has a report of a scenario with a KV cache (R53).
 GOLDEN_REPORTS = [
     path
-    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    for path in GOLDEN_REPORTS_4_0
     if json.loads(path.read_bytes())["inputs"]["timing_profile"]["calibration"] is None
     and json.loads(path.read_bytes())["summary"]["kv_cache"] is None
 ]
@@ -137,7 +154,7 @@ def test_report_1_0_migrates_to_exactly_the_2_0_report(path: Path) -> None:
 #: Every golden report of a scenario without a cache: each has a 2.0 form (R53).
 GOLDEN_REPORTS_WITHOUT_CACHE = [
     path
-    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    for path in GOLDEN_REPORTS_4_0
     if json.loads(path.read_bytes())["summary"]["kv_cache"] is None
 ]
 
@@ -145,7 +162,7 @@ GOLDEN_REPORTS_WITHOUT_CACHE = [
 @pytest.mark.parametrize("path", GOLDEN_REPORTS_WITHOUT_CACHE, ids=lambda path: path.parent.name)
 def test_report_2_0_migrates_to_exactly_the_3_0_report(path: Path) -> None:
     """R53: the reference's 2.0-equivalent report (its 3.0 form without R52's members) migrates
-    to the very bytes of the 3.0 form of the report the reference writes, and on to the 4.0
+    to the very bytes of the 3.0 form of the report the reference writes, and on to the 5.0
     report itself (the golden report, which tests/test_golden_reports.py checks against the
     reference)."""
     current = json.loads(path.read_bytes())
@@ -161,7 +178,7 @@ def test_report_2_0_migrates_to_exactly_the_3_0_report(path: Path) -> None:
 #: Every golden report of a scenario routed by round robin or random: each has a 3.0 form (R57).
 GOLDEN_REPORTS_WITHOUT_STATE_ROUTING = [
     path
-    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    for path in GOLDEN_REPORTS_4_0
     if json.loads((path.parent / "scenario.json").read_bytes())["routing"]["policy"]
     in {"round_robin", "random"}
 ]
@@ -171,15 +188,18 @@ GOLDEN_REPORTS_WITHOUT_STATE_ROUTING = [
     "path", GOLDEN_REPORTS_WITHOUT_STATE_ROUTING, ids=lambda path: path.parent.name
 )
 def test_report_3_0_migrates_to_exactly_the_4_0_report(path: Path) -> None:
-    """R57: the reference's 3.0-equivalent report (4.0 without cached_blocks_at_routing) is a
-    valid 3.0 report, and it migrates to the very bytes of the 4.0 report the reference writes
-    (the golden report, which tests/test_golden_reports.py checks against the reference)."""
-    old = as_report_3_0(json.loads(path.read_bytes()))
+    """R57: the reference's 3.0-equivalent report (its 4.0 form without
+    cached_blocks_at_routing) is a valid 3.0 report, and it migrates to the very bytes of the
+    4.0 form of the report the reference writes, and on to the 5.0 report itself (the golden
+    report, which tests/test_golden_reports.py checks against the reference)."""
+    current = json.loads(path.read_bytes())
+    old = as_report_3_0(current)
     load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 3.0 report
-    migrated = CHAIN.migrate(old)
+    migrated = CHAIN.migrate(old, target="4.0")
     assert [(step.source, step.target) for step in migrated.steps] == [("3.0", "4.0")]
     load_document(canonical_bytes(migrated.document) + b"\n", "new.json", "report")
-    assert canonical_bytes(migrated.document) + b"\n" == path.read_bytes()
+    assert canonical_bytes(migrated.document) == canonical_bytes(as_report_4_0(current))
+    assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()
 
 
 def test_report_3_0_to_4_0_puts_the_member_where_the_canonical_writer_does() -> None:
@@ -189,12 +209,67 @@ def test_report_3_0_to_4_0_puts_the_member_where_the_canonical_writer_does() -> 
     path = REPO / "golden" / "valid" / "reject-reasons-precedence-round-robin"
     current = json.loads((path / "expected-report.json").read_bytes())
     old = as_report_3_0(current)
-    migrated = CHAIN.migrate(old).document
+    migrated = CHAIN.migrate(old, target="4.0").document
     assert len(migrated["requests"]) == len(old["requests"]) > 1
-    for request, original in zip(migrated["requests"], current["requests"], strict=True):
+    for request, original in zip(
+        migrated["requests"], as_report_4_0(current)["requests"], strict=True
+    ):
         assert list(request) == sorted(request) == list(original)
         assert request["cached_blocks_at_routing"] is None
     assert {request["outcome"] for request in migrated["requests"]} == {"completed", "rejected"}
+
+
+def test_report_4_0_migrates_to_exactly_the_5_0_report() -> None:
+    """R64, checked by hand on golden/valid/running-order-after-completion: the migration adds
+    ``session: null`` to every request and ``cut_off: 0`` and ``tpot_us`` to the summary, and
+    nothing else; the result is the golden 5.0 report, byte for byte.
+
+    From the 4.0 report's requests (first_token_us, completion_us, output_tokens):
+    A (1030, 3540, 3): 2510/2 = 1255; B (1030, 2330, 2): 1300/1 = 1300;
+    C (1030, 4640, 4): 3610/3 = 1203.33...; D has one token, so no sample (R63).
+    Sorted by exact value: 3610/3, 1255, 1300. Nearest ranks (R27): p50 ceil(1.5) = 2 -> 1255;
+    p90, p95, p99 rank 3 -> 1300. Mean: (3610/3 + 1255 + 1300) / 3 = 11275/9, rounded once.
+    """
+    path = REPO / "golden" / "valid" / "running-order-after-completion" / "expected-report.json"
+    old = as_report_4_0(json.loads(path.read_bytes()))
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 4.0 report
+    migrated = CHAIN.migrate(old)
+    assert [(step.source, step.target) for step in migrated.steps] == [("4.0", "5.0")]
+    new = migrated.document
+    assert new["summary"]["tpot_us"] == {
+        "count": 3,
+        "min": 3610 / 3,
+        "max": 1300,
+        "mean": 11275 / 9,
+        "p50": 1255,
+        "p90": 1300,
+        "p95": 1300,
+        "p99": 1300,
+    }
+    assert new["summary"]["cut_off"] == 0
+    assert [request["session"] for request in new["requests"]] == [None] * 4
+    stripped = copy.deepcopy(new)
+    for request in stripped["requests"]:
+        del request["session"]
+    del stripped["summary"]["cut_off"], stripped["summary"]["tpot_us"]
+    assert stripped == {**old, "schema_version": "5.0"}  # nothing else changed
+    load_document(canonical_bytes(new) + b"\n", "new.json", "report")  # a valid 5.0 report
+    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+
+
+@pytest.mark.parametrize("path", GOLDEN_REPORTS_4_0, ids=lambda path: path.parent.name)
+def test_every_golden_report_s_4_0_form_migrates_to_its_5_0_bytes(path: Path) -> None:
+    """R64: the reference's 4.0-equivalent report (5.0 without R64's members) is a valid 4.0
+    report, and migrates to the very bytes of the golden 5.0 report, member order included
+    (``servesim migrate`` keeps the order it read, R37)."""
+    current = json.loads(path.read_bytes())
+    old = as_report_4_0(current)
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 4.0 report
+    migrated = CHAIN.migrate(old).document
+    assert canonical_bytes(migrated) + b"\n" == path.read_bytes()
+    for request, original in zip(migrated["requests"], current["requests"], strict=True):
+        assert list(request) == list(original)
+    assert list(migrated["summary"]) == list(current["summary"])
 
 
 def test_fixture_chain_goes_one_version_at_a_time() -> None:
@@ -203,9 +278,10 @@ def test_fixture_chain_goes_one_version_at_a_time() -> None:
         ("1.0", "1.1"),
         ("1.1", "1.2"),
         ("1.2", "1.3"),
-        ("1.3", "2.0"),
+        ("1.3", "1.4"),
+        ("1.4", "2.0"),
     ]
-    assert FIXTURE_CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "2.0")
+    assert FIXTURE_CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4", "2.0")
     assert FIXTURE_CHAIN.path("scenario", "1.1", "1.1") == ()
 
 
@@ -271,8 +347,11 @@ def test_every_step_is_pure_and_lands_on_a_valid_document_of_its_version(
         "1.1": json.loads(
             (REPO / "schemas" / "released" / "1.1" / "scenario.schema.json").read_text("utf-8")
         ),
-        "1.2": json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8")),
-        "1.3": load(SCENARIO_1_3),
+        "1.2": json.loads(
+            (REPO / "schemas" / "released" / "1.2" / "scenario.schema.json").read_text("utf-8")
+        ),
+        "1.3": json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8")),
+        "1.4": load(SCENARIO_1_4),
         "2.0": load(SCENARIO_2_0),
     }
     kept = copy.deepcopy(document)
@@ -361,7 +440,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.documents, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.2"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.3"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0
@@ -380,14 +459,14 @@ def test_servesim_migrate_leaves_a_current_document_byte_for_byte(
 ) -> None:
     source = tmp_path / "workload.json"
     data = (
-        b'{"document":"workload","schema_version":"1.1","requests":'
+        b'{"document":"workload","schema_version":"1.2","requests":'
         b'[{"id":"a","arrival_us":0,"prompt_tokens":1,"max_output_tokens":1}]}'
     )
     source.write_bytes(data)
     output = tmp_path / "out.json"
     assert _run(str(source), "--output", str(output)) == 0
     assert output.read_bytes() == data
-    assert "already workload 1.1; unchanged" in capsys.readouterr().err
+    assert "already workload 1.2; unchanged" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

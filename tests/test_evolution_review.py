@@ -1,7 +1,7 @@
 """``servesim schema review``: the versioning policy over a whole revision, in Markdown.
 
 Each test copies ``schemas/`` to a scratch folder and makes the change a pull request would
-make (the deliberate scenario 1.3 and 2.0 of ``tests/evolution_fixtures``, or a change against
+make (the deliberate scenario 1.4 and 2.0 of ``tests/evolution_fixtures``, or a change against
 the policy), then reviews it against the last release or against a git revision.
 """
 
@@ -23,7 +23,7 @@ from servesim_conformance.evolution.markdown import review_markdown
 from servesim_conformance.evolution.policy import Level
 from servesim_conformance.evolution.review import Review, review_files
 from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
-from tests.evolution_fixtures import SCENARIO_1_3, SCENARIO_2_0
+from tests.evolution_fixtures import SCENARIO_1_4, SCENARIO_2_0
 from tests.helpers import REPO
 
 
@@ -50,17 +50,17 @@ def _edit(path: Path, change: Any) -> None:
 
 
 def test_minor_version_with_an_optional_property_keeps_the_policy(schemas: Path) -> None:
-    shutil.copy(SCENARIO_1_3, schemas / "v1" / "scenario.schema.json")
+    shutil.copy(SCENARIO_1_4, schemas / "v1" / "scenario.schema.json")
     review = _review(schemas)
     assert review.exit_code == 0
     scenario = _document(review, "scenario")
-    assert (scenario.base.version, scenario.head.version) == ("1.2", "1.3")
+    assert (scenario.base.version, scenario.head.version) == ("1.3", "1.4")
     assert scenario.level is Level.OK
     markdown = review_markdown(review)
-    assert "| scenario | 1.2 -> 1.3 | compatible (matters) | **breaking** |" in markdown
+    assert "| scenario | 1.3 -> 1.4 | compatible (matters) | **breaking** |" in markdown
     assert "`/properties/fleet/properties/label`" in markdown
-    assert "migration 1.2 -> 1.3: 1.2 -> 1.3: relabelled only" in markdown
-    assert "| workload | 1.1 | compatible (matters) | compatible | unchanged |" in markdown
+    assert "migration 1.3 -> 1.4: 1.3 -> 1.4: relabelled only" in markdown
+    assert "| workload | 1.2 | compatible (matters) | compatible | unchanged |" in markdown
 
 
 def test_major_version_2_0_is_classified_migrated_and_reviewed(schemas: Path) -> None:
@@ -72,11 +72,11 @@ def test_major_version_2_0_is_classified_migrated_and_reviewed(schemas: Path) ->
     assert scenario.head.path == "v2/scenario.schema.json"
     assert scenario.comparison.verdict().value == "breaking"
     markdown = review_markdown(review)
-    assert "| scenario | 1.2 -> 2.0 | **breaking** (matters) | **breaking** |" in markdown
+    assert "| scenario | 1.3 -> 2.0 | **breaking** (matters) | **breaking** |" in markdown
     assert "property_renamed (max_chunk_tokens -> chunk_tokens, in a closed object)" in markdown
     assert (
         "property_renamed at `/properties/scheduler/properties/prefill/properties/"
-        "max_chunk_tokens`: a document valid under 1.2 that 2.0 rejects (generated)"
+        "max_chunk_tokens`: a document valid under 1.3 that 2.0 rejects (generated)"
     ) in markdown
     assert '"max_chunk_tokens": 1' in markdown
     assert "new major version 2.0: any change allowed" in markdown
@@ -94,7 +94,7 @@ def test_older_major_edited_behind_a_new_one_is_a_violation(schemas: Path) -> No
     assert review.exit_code == 1
     older = _document(review, "scenario (v1)")
     assert older.level is Level.VIOLATION
-    assert "| scenario (v1) | 1.2 | **breaking** (matters) |" in review_markdown(review)
+    assert "| scenario (v1) | 1.3 | **breaking** (matters) |" in review_markdown(review)
 
 
 def test_major_version_without_its_migration_is_a_violation(schemas: Path) -> None:
@@ -102,15 +102,15 @@ def test_major_version_without_its_migration_is_a_violation(schemas: Path) -> No
     shutil.copy(SCENARIO_2_0, schemas / "v2" / "scenario.schema.json")
     review = _review(schemas, chain=CHAIN)
     assert review.exit_code == 1
-    assert "**violation**: no migration from 1.2 to 2.0" in review_markdown(review)
+    assert "**violation**: no migration from 1.3 to 2.0" in review_markdown(review)
 
 
 def test_breaking_change_in_a_minor_version_is_a_violation(schemas: Path) -> None:
     def tighten(schema: dict[str, Any]) -> None:
-        schema["properties"]["schema_version"] = {"enum": ["1.0", "1.1", "1.2", "1.3"]}
+        schema["properties"]["schema_version"] = {"enum": ["1.0", "1.1", "1.2", "1.3", "1.4"]}
         schema["properties"]["fleet"]["properties"]["workers"]["maximum"] = 1024
 
-    shutil.copy(SCENARIO_1_3, schemas / "v1" / "scenario.schema.json")
+    shutil.copy(SCENARIO_1_4, schemas / "v1" / "scenario.schema.json")
     _edit(schemas / "v1" / "scenario.schema.json", tighten)
     review = _review(schemas)
     assert review.exit_code == 1
@@ -126,7 +126,7 @@ def test_change_without_a_new_version_is_a_violation(schemas: Path) -> None:
     )
     review = _review(schemas)
     assert review.exit_code == 1
-    assert "what is valid changed but the version is still 1.1" in review_markdown(review)
+    assert "what is valid changed but the version is still 1.2" in review_markdown(review)
 
 
 def test_description_only_change_needs_no_new_version(schemas: Path) -> None:
@@ -250,15 +250,15 @@ def test_servesim_schema_review_writes_markdown(
     repository: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     schemas = repository / "schemas"
-    shutil.copy(SCENARIO_1_3, schemas / "v1" / "scenario.schema.json")
-    _git(repository, "commit", "-q", "-am", "scenario 1.3")
+    shutil.copy(SCENARIO_1_4, schemas / "v1" / "scenario.schema.json")
+    _git(repository, "commit", "-q", "-am", "scenario 1.4")
     output = repository / "review.md"
     status = _cli("review", "--base", "HEAD~1", "--schemas", str(schemas), "--output", str(output))
-    # The reference's chain has no 1.2 -> 1.3 step: the gate says so.
+    # The reference's chain has no 1.3 -> 1.4 step: the gate says so.
     assert status == 1
     text = output.read_text("utf-8")
     assert text.startswith("## Schema review: `HEAD~1` (")
-    assert "no migration from 1.2 to 1.3" in text
+    assert "no migration from 1.3 to 1.4" in text
     assert "wrote" in capsys.readouterr().err
 
 

@@ -161,6 +161,23 @@ def test_scenario_1_2_reader_that_writes_no_report_4_0_is_refused() -> None:
         fake("scenario-1.2-report-3.0").describe()
 
 
+@pytest.mark.parametrize(
+    ("mode", "reads"),
+    [("scenario-1.3-report-4.0", "scenario 1.3"), ("workload-1.2-report-4.0", "workload 1.2")],
+)
+def test_scenario_1_3_or_workload_1_2_reader_that_writes_no_report_5_0_is_refused(
+    mode: str, reads: str
+) -> None:
+    # R38, R64: a report 4.0 has no cut-off outcome, session or goodput, so the cases of
+    # section 13 could never be compared; either input version alone is enough to refuse
+    honest = fake("honest").describe().schema_versions
+    assert "1.3" in honest["scenario"]
+    assert "1.2" in honest["workload"]
+    assert honest["report"] == ["5.0"]
+    with pytest.raises(HarnessError, match=rf"reads {reads} but writes no report 5\.0"):
+        fake(mode).describe()
+
+
 def test_undeclared_feature_skips_the_case() -> None:
     assert outcome("no-chunking", CHUNKED) is Outcome.SKIP
 
@@ -279,26 +296,38 @@ def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> 
     assert verdict is Outcome.FAIL
     assert difference is not None
     assert difference.pointer == "/requests/0/token_times_us/2"
-    assert message.endswith("(the report was migrated from 1.0 to 4.0 before comparison)")
+    assert message.endswith("(the report was migrated from 1.0 to 5.0 before comparison)")
 
 
 def test_a_report_version_not_declared_is_an_invalid_report() -> None:
     implementation = fake("undeclared-report-version")
     result = run_case(VALID, implementation, implementation.describe())
     assert result.outcome is Outcome.INVALID_REPORT
-    assert "version 4.0, which --describe does not declare" in result.message
+    assert "version 5.0, which --describe does not declare" in result.message
 
 
 @pytest.mark.parametrize(
     ("versions", "message"),
     [
-        ({"report": ["5.0"]}, "report versions that are not released: 5.0"),
+        ({"report": ["6.0"]}, "report versions that are not released: 6.0"),
         ({"timing_profile": ["1.0", "1.1"], "report": ["1.0"]}, "writes no report 2.0"),
         ({"scenario": ["1.0", "1.1"], "report": ["2.0"]}, "reads scenario 1.1 but writes no"),
         ({"workload": ["1.0", "1.1"], "report": ["1.0"]}, "reads workload 1.1 but writes no"),
         (
             {"scenario": ["1.0", "1.1", "1.2"], "report": ["3.0"]},
             "reads scenario 1.2 but writes no report 4.0",
+        ),
+        (
+            {"scenario": ["1.0", "1.1", "1.2", "1.3"], "report": ["4.0"]},
+            "reads scenario 1.3 but writes no report 5.0",
+        ),
+        (
+            {"workload": ["1.0", "1.1", "1.2"], "report": ["4.0"]},
+            "reads workload 1.2 but writes no report 5.0",
+        ),
+        (
+            {"scenario": ["1.0", "1.3"], "workload": ["1.0", "1.2"], "report": ["4.0"]},
+            "reads scenario 1.3 and workload 1.2 but writes no report 5.0",
         ),
     ],
 )

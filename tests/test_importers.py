@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import servesim
-from tests.helpers import run_servesim
+from servesim.replay import replay
+from tests.helpers import run_servesim, scenario_doc, timing_doc, write_inputs
 
 MOONCAKE = (
     '{"timestamp": 1000, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
@@ -357,3 +359,156 @@ def test_an_unwritable_workload_exits_4(tmp_path: Path) -> None:
     result = run_import("mooncake", trace, "-o", tmp_path / "missing" / "w.json")
     assert result.returncode == 4
     assert "cannot write the workload to" in result.stderr
+
+
+# --- R65: sessions ---------------------------------------------------------------------------
+
+#: Two conversations as NVIDIA Dynamo's replay reads them, interleaved with a lone request: the
+#: later turns carry a delay (ms) and no timestamp (chat-a's third turn has one, which R65 does
+#: not read), and session 17 is named by an integer.
+MOONCAKE_SESSIONS = (
+    '{"timestamp": 1000, "input_length": 10, "output_length": 5, "hash_ids": [0], '
+    '"session_id": "chat-a"}\n'
+    '{"timestamp": 1000, "input_length": 30, "output_length": 6, "hash_ids": [7]}\n'
+    '{"input_length": 520, "output_length": 6, "hash_ids": [0, 1], "session_id": "chat-a", '
+    '"delay": 2500}\n'
+    '{"timestamp": 2000, "input_length": 40, "output_length": 3, "session_id": 17}\n'
+    '{"timestamp": 9000, "input_length": 600, "output_length": 4, "hash_ids": [0, 1], '
+    '"session_id": "chat-a", "delay": 0.5005}\n'
+    '{"input_length": 50, "output_length": 2, "session_id": 17, "delay": 0}\n'
+)
+
+
+def test_r65_mooncake_session_lines_become_sessions(tmp_path: Path) -> None:
+    """R65: one session per session_id, its turns in file order; turn 0 keeps its timestamp,
+    a later turn gets turn 0's arrival and think_time_us = delay * 1000 (0.5005 ms is 500.5 us,
+    rounded down to 500); a line without session_id is a request of its own, as before."""
+    document = imported_document(tmp_path, "mooncake", MOONCAKE_SESSIONS)
+    assert document["schema_version"] == "1.2"
+    assert document["prefix_hash_block_tokens"] == 512
+    assert document["sessions"] == [{"id": "chat-a"}, {"id": "17"}]
+    shown = [
+        (r["id"], r["arrival_us"], r.get("session"), r.get("think_time_us"))
+        for r in document["requests"]
+    ]
+    assert shown == [
+        ("mooncake-L1", 0, "chat-a", None),
+        ("mooncake-L2", 0, None, None),
+        ("mooncake-L3", 0, "chat-a", 2_500_000),
+        ("mooncake-L4", 1_000_000, "17", None),
+        ("mooncake-L5", 0, "chat-a", 500),
+        ("mooncake-L6", 1_000_000, "17", 0),
+    ]
+    assert document["requests"][2]["prefix_hashes"] == [0, 1]
+
+
+def test_r65_a_session_trace_replays_turn_after_answer(tmp_path: Path) -> None:
+    """The imported session replays as R59 says: chat-a's turn 1 arrives 2.5 s after turn 0
+    completes, its turn 2 500 us after turn 1 completes."""
+    document = imported_document(tmp_path, "mooncake", MOONCAKE_SESSIONS, "--no-prefix-hashes")
+    assert document["schema_version"] == "1.2"
+    assert all("prefix_hashes" not in request for request in document["requests"])
+    scenario = scenario_doc(workers=2, max_batched_tokens=1024, max_model_len=2048)
+    paths = write_inputs(tmp_path, scenario, document, timing_doc())
+    report = json.loads(replay(paths["scenario"], paths["workload"], paths["timing_profile"]))
+    requests = {request["id"]: request for request in report["requests"]}
+    turns = [requests[f"mooncake-L{line}"] for line in (1, 3, 5)]
+    assert turns[1]["arrival_us"] == turns[0]["terminal_us"] + 2_500_000
+    assert turns[2]["arrival_us"] == turns[1]["terminal_us"] + 500
+    assert [turn["session"] for turn in turns] == ["chat-a"] * 3
+    assert requests["mooncake-L2"]["session"] is None
+
+
+def test_r65_the_window_and_limit_keep_whole_session_starts(tmp_path: Path) -> None:
+    # chat-a starts at 0 s, session 17 at 1 s: a window from 1 s keeps session 17 only, both
+    # of its turns (the later one has turn 0's arrival), re-based to the window
+    requests = imported(tmp_path, "mooncake", MOONCAKE_SESSIONS, "--window", "1", "10")
+    assert [(r["id"], r["arrival_us"]) for r in requests] == [
+        ("mooncake-L4", 0),
+        ("mooncake-L6", 0),
+    ]
+    document = imported_document(tmp_path, "mooncake", MOONCAKE_SESSIONS, "--limit", "3")
+    assert document["sessions"] == [{"id": "chat-a"}]
+    faster = imported(tmp_path, "mooncake", MOONCAKE_SESSIONS, "--speedup", "2")
+    assert [r.get("think_time_us") for r in faster] == [None, None, 1_250_000, None, 250, 0]
+
+
+def test_a_trace_without_session_id_imports_byte_for_byte_as_before(tmp_path: Path) -> None:
+    """A delay without a session_id is ignored, as any unknown field always was."""
+    trace = tmp_path / "plain"
+    trace.write_text(MOONCAKE)
+    with_delay = tmp_path / "delayed"
+    with_delay.write_text(MOONCAKE.replace('"hash_ids"', '"delay": "soon", "hash_ids"'))
+    outputs = []
+    for source in (trace, with_delay):
+        output = tmp_path / f"{source.name}.json"
+        assert run_import("mooncake", source, "-o", output).returncode == 0
+        outputs.append(output.read_text())
+    assert outputs[0] == outputs[1]
+    assert outputs[0] == (
+        '{\n  "document": "workload",\n  "schema_version": "1.1",\n'
+        '  "prefix_hash_block_tokens": 512,\n  "requests": [\n'
+        '    {"id": "mooncake-L1", "arrival_us": 0, "prompt_tokens": 10, '
+        '"max_output_tokens": 5, "prefix_hashes": [0]},\n'
+        '    {"id": "mooncake-L2", "arrival_us": 0, "prompt_tokens": 520, '
+        '"max_output_tokens": 6, "prefix_hashes": [0, 1]},\n'
+        '    {"id": "mooncake-L3", "arrival_us": 3500000, "prompt_tokens": 30, '
+        '"max_output_tokens": 7, "prefix_hashes": [2]}\n  ]\n}\n'
+    )
+
+
+SESSION_TURN = '{"input_length": 5, "output_length": 1, "session_id": SID, "delay": DELAY}\n'
+SESSION_START = '{"timestamp": 5000, "input_length": 5, "output_length": 1, "session_id": "s"}\n'
+
+
+@pytest.mark.parametrize(
+    ("session", "delay", "field", "message"),
+    [
+        ('"s"', '"250"', "delay", 'expected a number of milliseconds of at least 0, found "250"'),
+        ('"s"', "true", "delay", "expected a number of milliseconds of at least 0, found true"),
+        ('"s"', "-1", "delay", "expected a number of milliseconds of at least 0, found -1"),
+        ('"s"', "[5]", "delay", "found [5]"),
+        ('"s"', "NaN", "delay", "found NaN"),
+        ('"s"', "9007199254741", "delay", "9007199254741 ms is more than 2^53-1 us (R6)"),
+        ('"s"', "1e300", "delay", "1e+300 ms is more than 2^53-1 us (R6)"),
+        ("1.5", "0", "session_id", "or a non-negative integer, found 1.5"),
+        ("true", "0", "session_id", "found true"),
+        ('["s"]', "0", "session_id", 'found ["s"]'),
+        ('"a b"', "0", "session_id", 'found "a b"'),
+        ('""', "0", "session_id", 'found ""'),
+        ('"' + "x" * 129 + '"', "0", "session_id", "1 to 128 printable ASCII characters"),
+        ("-3", "0", "session_id", "found -3"),
+    ],
+)
+def test_r65_bad_session_fields_exit_2_naming_file_and_line(
+    tmp_path: Path, session: str, delay: str, field: str, message: str
+) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(
+        MOONCAKE + SESSION_START + SESSION_TURN.replace("SID", session).replace("DELAY", delay)
+    )
+    output = tmp_path / "workload.json"
+    result = run_import("mooncake", trace, "-o", output)
+    assert result.returncode == 2
+    assert f"{trace}:5: field {field!r}: " in result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("delay", "think_time_us"),
+    [
+        ("9007199254740", 9_007_199_254_740_000),  # the largest whole number of ms that fits
+        ("4503.003", 4_503_003),  # the decimal written, not the binary64 just below it
+        ("0.0015", 1),  # rounded down to a whole microsecond
+        ("null", None),  # as if absent: the turn follows its predecessor's answer at once
+    ],
+)
+def test_r65_delays_become_whole_microseconds(
+    tmp_path: Path, delay: str, think_time_us: int | None
+) -> None:
+    assert Fraction(4503.003) * 1000 < 4_503_003
+    text = SESSION_START + SESSION_TURN.replace("SID", '"s"').replace("DELAY", delay)
+    requests = imported(tmp_path, "mooncake", text)
+    assert requests[1].get("think_time_us") == think_time_us

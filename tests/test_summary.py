@@ -32,7 +32,14 @@ from servesim.replay import replay
 from servesim_cli import figures as figures_module
 from servesim_cli.figures import FiguresTap, figures_of, flat_figures, read_figures
 from servesim_cli.main import main
-from tests.helpers import REPO, replay_args, scenario_doc, timing_doc, workload_doc, write_inputs
+from tests.helpers import (
+    REPO,
+    replay_args,
+    scenario_doc,
+    timing_doc,
+    workload_doc,
+    write_inputs,
+)
 
 GOLDEN_REPORTS = sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
 
@@ -367,3 +374,101 @@ def test_a_report_with_a_kv_cache_shows_its_cache_figures(
     assert all(
         figure.value is None for figure in flat_figures(without) if figure.key.startswith("kv_")
     )
+
+
+# --- report 5.0: cut-off requests, sessions, goodput (R62 to R64) ----------------------------
+
+
+def _section_13_report(tmp_path: Path, **scenario: Any) -> Path:
+    """The module docstring's case with b and c as the two turns of session ``s`` (c's think
+    time is absent and b ends at 1300, so c still arrives at its own 2000: same timeline) and a
+    scenario 1.3 with ``scenario``'s members (``slo``, ``stop_at_us``)."""
+    workload = workload_doc(("a", 0, 10, 4), ("b", 0, 20, 1), ("c", 2000, 3, 2))
+    workload["schema_version"] = "1.2"
+    workload["sessions"] = [{"id": "s"}]
+    for request in workload["requests"][1:]:
+        request["session"] = "s"
+    paths = write_inputs(
+        tmp_path, {**scenario_doc(), "schema_version": "1.3", **scenario}, workload, timing_doc()
+    )
+    output = tmp_path / "report.json"
+    output.write_bytes(replay(paths["scenario"], paths["workload"], paths["timing_profile"]))
+    return output
+
+
+def test_goodput_counts_the_requests_within_the_objectives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TTFT of a and b is 1300 us, of c 3530 - 2000 = 1530 us: with ``slo.ttft_us`` 1500, a and
+    b meet the objectives (R63), 2 of 3 completed, 4 + 1 = 5 output tokens; over the makespan
+    of 4730 us, 2 * 10^6 / 4730 = 422.83 requests/s and 5 * 10^6 / 4730 = 1,057.08 tokens/s."""
+    report = _section_13_report(tmp_path, slo={"ttft_us": 1500})
+    figures = read_figures(report)
+    assert figures.goodput is not None
+    assert (figures.goodput.requests, figures.goodput.output_tokens) == (2, 5)
+    assert figures.goodput.share_of_completed == Fraction(2, 3)
+    assert figures.goodput.request_throughput_per_s == Fraction(2_000_000, 4730)
+    assert figures.goodput.output_token_throughput_per_s == Fraction(5_000_000, 4730)
+    assert (figures.cut_off, figures.sessions) == (0, 1)
+    assert main(["summary", str(report)]) == 0
+    table = capsys.readouterr().out
+    assert f"report       {report} (report 5.0)" in table
+    assert "requests     3: 3 completed, 0 rejected, 0 cut off" in table
+    assert "sessions     1" in table
+    assert (
+        "goodput      2 requests met the objectives (66.67% of completed): 422.83 requests/s, "
+        "1,057.08 output tokens/s"
+    ) in table
+    assert main(["summary", "--json", str(report)]) == 0
+    numbers = json.loads(capsys.readouterr().out)["figures"]
+    assert numbers["goodput.requests"] == 2
+    assert numbers["goodput.share_of_completed"] == 2 / 3
+    assert numbers["cut_off"] == 0
+
+
+def test_a_stop_time_s_cut_off_requests_are_counted_and_have_no_tpot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stopped at 4000 us, step 4 [3530, 4730] is cut (R62): a and c are cut off with 3 and 1
+    tokens, b completed with its one token (no TPOT sample); the makespan ends at 4000."""
+    report = _section_13_report(tmp_path, stop_at_us=4000)
+    figures = read_figures(report)
+    assert (figures.completed, figures.cut_off, figures.makespan_us) == (1, 2, 4000)
+    assert figures.tpot_us.count == 0
+    assert figures.goodput is None
+    assert main(["summary", str(report)]) == 0
+    table = capsys.readouterr().out
+    assert "requests     3: 1 completed, 0 rejected, 2 cut off" in table
+    assert "goodput" not in table
+    tpot = next(line for line in table.splitlines() if line.startswith("TPOT "))
+    assert tpot.split() == ["TPOT", "0", *["-"] * 7]
+
+
+def test_figures_of_a_report_5_0_are_those_of_its_4_0_original(hand_report: Path) -> None:
+    """A report before 5.0 reads as R64's migration makes it: nothing cut off, no session, no
+    goodput; and the TPOT derived from the requests rounds to R63's ``summary.tpot_us``."""
+    value = json.loads(hand_report.read_bytes())
+    assert value["schema_version"] == "5.0"
+    written = value["summary"]["tpot_us"]
+    figures = read_figures(hand_report)
+    assert _nearest(figures.tpot_us.mean) == written["mean"]
+    assert [_nearest(v) for _, v in figures.tpot_us.percentiles] == [
+        written[f"p{percent}"] for percent, _ in figures.tpot_us.percentiles
+    ]
+    older = hand_report.parent / "report-4.0.json"
+    older.write_text(json.dumps(_as_report_4_0(value)))
+    assert replace(read_figures(older), file="", schema_version="") == replace(
+        figures, file="", schema_version=""
+    )
+
+
+def _as_report_4_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 4.0 writer writes for a replay without section 13's inputs: the 5.0
+    report without R64's members."""
+    old = json.loads(json.dumps(report))
+    old["schema_version"] = "4.0"
+    for request in old["requests"]:
+        assert request.pop("session") is None
+    assert old["summary"].pop("cut_off") == 0
+    del old["summary"]["tpot_us"]
+    return old

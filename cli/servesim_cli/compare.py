@@ -5,7 +5,8 @@ exactly and rounded only for display. A figure is flagged when its relative diff
 the threshold; like ``diff``, the exit code says whether anything was flagged.
 
 Which reports can be compared: any two readable reports of a version this package reads (1.0
-to 4.0; an older report's figures mean what a 4.0 report's do, R37). Reports of different
+to 5.0; an older report's figures mean what a 5.0 report's do, R37: no cut-off request, no
+goodput). Reports of different
 inputs are compared too, since comparing fleets, timing profiles or workloads is the point, but
 the input digests that differ are named first; ``--require-same`` turns a difference into a
 refusal.
@@ -240,7 +241,8 @@ COMMAND = Command(
     "whose relative difference exceeds --threshold. The input digests are compared first and "
     "each input that differs is named: reports of different scenarios, workloads or timing "
     "profiles are still compared (that is usually the point), unless --require-same says "
-    "otherwise. Reports 1.0, 2.0, 3.0 and 4.0 can be compared with each other. "
+    "otherwise. Reports 1.0 to 5.0 can be compared with each other (an older report has no "
+    "cut-off request and no goodput). "
     "Exit 0: no figure flagged. Exit 1: some figure flagged. Exit 2: a file is not a readable "
     "report, or an input that --require-same names differs.",
     add_arguments=_add_arguments,

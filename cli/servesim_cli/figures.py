@@ -8,10 +8,14 @@ Where the figures come from:
 - the report as written: counts, makespan, the R27 statistics of queue time, TTFT, ITL and E2E,
   the per-worker counters, the input digests;
 - derived exactly (``Fraction``) from the report's integers: throughputs
-  (``completed * 10**6 / makespan_us``), each worker's utilisation (``busy_us / makespan_us``),
-  and per-request TPOT, which the report does not summarise: for every completed request with at
-  least two output tokens, ``(completion_us - first_token_us) / (output_tokens - 1)``, the mean
-  gap between its tokens; its statistics follow R27 (nearest rank) over those exact values.
+  (``completed * 10**6 / makespan_us``, and goodput's likewise), each worker's utilisation
+  (``busy_us / makespan_us``), and per-request TPOT: for every completed request with at least
+  two output tokens, ``(completion_us - first_token_us) / (output_tokens - 1)``, the mean gap
+  between its tokens; its statistics follow R27 (nearest rank) over those exact values, as
+  R63's ``summary.tpot_us`` of a report 5.0 does before it rounds them (an older report has no
+  such member, R64's migration computes it the same way).
+- absent from older reports, and read as R64's migration to 5.0 gives them: ``cut_off`` is 0
+  before 5.0, there is no goodput without ``slo`` (R63), and no request has a session.
 
 Nothing here needs a request's ``token_times_us`` or the ``trace``, which are nearly all of a
 large report's bytes (the Mooncake trace replayed on 16 workers: 4.1 million token times in
@@ -50,6 +54,7 @@ from servesim.report import PERCENTILES
 __all__ = [
     "Figure",
     "FiguresTap",
+    "GoodputFigures",
     "Inputs",
     "KvCacheFigures",
     "ReportFigures",
@@ -113,6 +118,19 @@ class KvCacheFigures:
 
 
 @dataclass(frozen=True)
+class GoodputFigures:
+    """The requests that met the scenario's objectives (R63); only a report 5.0 of a scenario
+    with ``slo`` has them."""
+
+    requests: int
+    output_tokens: int
+    #: Requests that met the objectives over the completed ones, exact; ``None`` if none completed.
+    share_of_completed: Value
+    request_throughput_per_s: Value
+    output_token_throughput_per_s: Value
+
+
+@dataclass(frozen=True)
 class Inputs:
     """What the report was made from (R25)."""
 
@@ -164,6 +182,12 @@ class ReportFigures:
     workers: WorkerSpread
     #: ``None`` without a cache (every report before 3.0, R53).
     kv_cache: KvCacheFigures | None = None
+    #: Requests cut off by the stop time (R62); 0 before report 5.0.
+    cut_off: int = 0
+    #: How many sessions the requests belong to (R59, R64); 0 before report 5.0.
+    sessions: int = 0
+    #: ``None`` without ``slo`` (every report before 5.0).
+    goodput: GoodputFigures | None = None
 
     def latencies(self) -> tuple[tuple[str, Statistics], ...]:
         """Each latency by its short name, in the order a table shows them."""
@@ -180,7 +204,7 @@ def read_figures(path: str | Path) -> ReportFigures:
     """The figures of the report file at ``path``.
 
     Raises ``InvalidInput`` (problems naming the file and a JSON pointer) for a file that is not
-    a readable report of a version this package reads (R2: 1.0 to 4.0). What the figures do not
+    a readable report of a version this package reads (R2: 1.0 to 5.0). What the figures do not
     use is not checked (``servesim validate`` checks a whole report).
     """
     file = str(path)
@@ -254,6 +278,8 @@ def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
             Figure(f"rejected_by_reason.{reason}", f"rejected: {reason}", "count", Fraction(n))
             for reason, n in figures.rejected_by_reason
         ),
+        Figure("cut_off", "cut off", "count", Fraction(figures.cut_off)),
+        Figure("sessions", "sessions", "count", Fraction(figures.sessions)),
         Figure("prompt_tokens", "prompt tokens", "count", Fraction(figures.prompt_tokens)),
         Figure("output_tokens", "output tokens", "count", Fraction(figures.output_tokens)),
         Figure("steps", "steps", "count", Fraction(figures.steps)),
@@ -287,7 +313,41 @@ def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
         Figure("workers.peak_running", "peak running", "count", Fraction(spread.peak_running)),
         Figure("workers.peak_waiting", "peak waiting", "count", Fraction(spread.peak_waiting)),
     ]
-    return (*counts, *latencies, *workers, *_kv_cache_flat(figures.kv_cache))
+    return (
+        *counts,
+        *_goodput_flat(figures.goodput),
+        *latencies,
+        *workers,
+        *_kv_cache_flat(figures.kv_cache),
+    )
+
+
+#: Goodput's figures: key, label and unit (R63).
+_GOODPUT_FIGURES = (
+    ("goodput.requests", "goodput requests", "count"),
+    ("goodput.share_of_completed", "goodput share of completed", "percent"),
+    ("goodput.output_tokens", "goodput output tokens", "count"),
+    ("goodput.request_throughput_per_s", "goodput request throughput", "per_s"),
+    ("goodput.output_token_throughput_per_s", "goodput output token throughput", "per_s"),
+)
+
+
+def _goodput_flat(goodput: GoodputFigures | None) -> tuple[Figure, ...]:
+    """Goodput's figures; without objectives each is ``None`` (as the cache's, so that any two
+    reports have the same figures in the same order)."""
+    values: tuple[Value, ...] = (None,) * len(_GOODPUT_FIGURES)
+    if goodput is not None:
+        values = (
+            Fraction(goodput.requests),
+            goodput.share_of_completed,
+            Fraction(goodput.output_tokens),
+            goodput.request_throughput_per_s,
+            goodput.output_token_throughput_per_s,
+        )
+    return tuple(
+        Figure(key, label, unit, value)
+        for (key, label, unit), value in zip(_GOODPUT_FIGURES, values, strict=True)
+    )
 
 
 #: The cache's figures: key, label and unit (R52).
@@ -391,6 +451,23 @@ def figures_of(value: Any, file: str) -> ReportFigures:
         e2e_us=_as_written(summary["e2e_us"]),
         workers=_worker_spread(value["workers"], makespan),
         kv_cache=_kv_cache_figures(summary, value["workers"]),
+        cut_off=summary.get("cut_off", 0),
+        sessions=len({r.get("session") for r in value["requests"]} - {None}),
+        goodput=_goodput_figures(summary, makespan),
+    )
+
+
+def _goodput_figures(summary: Mapping[str, Any], makespan_us: int) -> GoodputFigures | None:
+    """R63's goodput, ``None`` when the report has none (no ``slo``, or a report before 5.0)."""
+    goodput = summary.get("goodput")
+    if goodput is None:
+        return None
+    return GoodputFigures(
+        requests=goodput["requests"],
+        output_tokens=goodput["output_tokens"],
+        share_of_completed=_quotient(goodput["requests"], summary["completed"]),
+        request_throughput_per_s=_quotient(goodput["requests"] * 1_000_000, makespan_us),
+        output_token_throughput_per_s=_quotient(goodput["output_tokens"] * 1_000_000, makespan_us),
     )
 
 
@@ -449,7 +526,7 @@ def _tpot_statistics(requests: Sequence[Any], file: str) -> Statistics:
     samples: list[tuple[int, int]] = []  # (completion - first token, tokens - 1)
     for index, request in enumerate(requests):
         if not isinstance(request, dict) or request.get("outcome") != "completed":
-            if not isinstance(request, dict) or request.get("outcome") != "rejected":
+            if not isinstance(request, dict) or request.get("outcome") not in _NOT_COMPLETED:
                 raise InvalidInput([_request_problem(request, index, file)])
             continue
         tokens, first, last = (request.get(name) for name in _TPOT_MEMBERS)
@@ -482,6 +559,9 @@ def _tpot_statistics(requests: Sequence[Any], file: str) -> Statistics:
 #: What a completed request's TPOT is derived from (R26).
 _TPOT_MEMBERS = ("output_tokens", "first_token_us", "completion_us")
 
+#: The other outcomes (R26; ``cut_off`` from report 5.0, R62): no TPOT sample.
+_NOT_COMPLETED = frozenset({"rejected", "cut_off"})
+
 
 def _compare_quotients(first: tuple[int, int], second: tuple[int, int]) -> int:
     """-1, 0 or 1 as a/b is below, equal to or above c/d (b and d positive)."""
@@ -494,11 +574,11 @@ def _request_problem(request: Any, index: int, file: str) -> InputProblem:
     if not isinstance(request, dict):
         return InputProblem(file, pointer(["requests", index]), "expected an object")
     outcome = request.get("outcome")
-    if outcome not in {"completed", "rejected"}:
+    if outcome != "completed" and outcome not in _NOT_COMPLETED:
         return InputProblem(
             file,
             pointer(["requests", index, "outcome"]),
-            f'expected "completed" or "rejected", found {outcome!r}',
+            f'expected "completed", "rejected" or "cut_off", found {outcome!r}',
         )
     for name in _TPOT_MEMBERS:
         if not _is_count(number := request.get(name)):

@@ -76,10 +76,12 @@ def render(figures: ReportFigures) -> str:
         *_input_lines(figures),
         "",
         f"requests     {figures.requests:,}: {figures.completed:,} completed, "
-        f"{figures.rejected:,} rejected",
+        f"{figures.rejected:,} rejected, {figures.cut_off:,} cut off",
     ]
     if figures.rejected:
         lines.append(f"rejected     {rejected}")
+    if figures.sessions:
+        lines.append(f"sessions     {figures.sessions:,}")
     lines += [
         f"tokens       {figures.prompt_tokens:,} prompt, {figures.output_tokens:,} output "
         "(completed requests)",
@@ -88,6 +90,7 @@ def render(figures: ReportFigures) -> str:
         f"({figures.first_arrival_us:,} us)",
         f"throughput   {plain('request_throughput_per_s')} requests/s, "
         f"{plain('output_token_throughput_per_s')} output tokens/s",
+        *_goodput_lines(figures, show, plain),
         "",
         *_latency_table(figures),
         "",
@@ -145,6 +148,19 @@ def _worker_lines(figures: ReportFigures, show: Any) -> list[str]:
     ]
 
 
+def _goodput_lines(figures: ReportFigures, show: Any, plain: Any) -> list[str]:
+    """R63's goodput, when the scenario had objectives."""
+    goodput = figures.goodput
+    if goodput is None:
+        return []
+    return [
+        f"goodput      {goodput.requests:,} requests met the objectives "
+        f"({show('goodput.share_of_completed')} of completed): "
+        f"{plain('goodput.request_throughput_per_s')} requests/s, "
+        f"{plain('goodput.output_token_throughput_per_s')} output tokens/s",
+    ]
+
+
 def _kv_cache_lines(figures: ReportFigures, show: Any) -> list[str]:
     """R52's cache figures, when the scenario had a cache."""
     cache = figures.kv_cache
@@ -176,7 +192,7 @@ def as_json(figures: ReportFigures) -> dict[str, Any]:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("report", metavar="REPORT", help="a report file (1.0, 2.0, 3.0 or 4.0)")
+    parser.add_argument("report", metavar="REPORT", help="a report file (1.0 to 5.0)")
     parser.add_argument(
         "--json",
         action="store_true",
@@ -201,8 +217,9 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
 
 COMMAND = Command(
     name="summary",
-    description="Print a report's headline figures: requests and rejections by reason, "
-    "throughput, queue time, TTFT, ITL, per-request TPOT and E2E statistics (count, mean, min, "
+    description="Print a report's headline figures: requests, rejections by reason and "
+    "requests cut off by a stop time, sessions, throughput and (with objectives) goodput, queue "
+    "time, TTFT, ITL, per-request TPOT and E2E statistics (count, mean, min, "
     "nearest-rank p50/p90/p95/p99, max), and how evenly the workers were used. TPOT is each "
     "completed request's (completion_us - first_token_us) / (output_tokens - 1), for requests "
     "with at least 2 output tokens, computed exactly; the other figures are the report's own "

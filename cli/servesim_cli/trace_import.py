@@ -51,7 +51,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_fraction,
         default=Fraction(1),
         metavar="FACTOR",
-        help="divide every arrival by FACTOR (rounded down to a microsecond); default 1",
+        help="divide every arrival and every session think time by FACTOR (rounded down to a "
+        "microsecond); default 1",
     )
     hashes = parser.add_mutually_exclusive_group()
     hashes.add_argument(
@@ -85,9 +86,9 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         hash_block_tokens=None if arguments.no_prefix_hashes else block_tokens,
     )
     try:
-        records = read_trace(arguments.format, Path(arguments.trace), options)
+        records = list(read_trace(arguments.format, Path(arguments.trace), options))
         blocks = hash_block_tokens(arguments.format, options)
-        data, count = workload_bytes(arguments.format, records, blocks)
+        data, count = workload_bytes(arguments.format, iter(records), blocks)
     except TooManyHashes as error:
         code = report_invalid(error)
         print(
@@ -112,7 +113,11 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     written = write_output(arguments.output, data, "the workload")
     if written != EXIT_OK:
         return written
-    print(f"{arguments.output}: {count} requests", file=_status_stream(arguments.output))
+    sessions = len({record.session for record in records if record.session is not None})
+    status = f"{arguments.output}: {count} requests" + (
+        f", {sessions} sessions (R65)" if sessions else ""
+    )
+    print(status, file=_status_stream(arguments.output))
     return EXIT_OK
 
 
@@ -127,6 +132,10 @@ COMMAND = Command(
     "workload. Arrivals are integer microseconds after the first record; request ids are "
     "<format>-L<line>. A Mooncake trace's hash_ids become each request's prefix_hashes "
     "(a workload 1.1 with prefix_hash_block_tokens, SPEC.md R47), unless --no-prefix-hashes. "
+    "Mooncake lines with a session_id become the turns of one session, in file order (a "
+    "workload 1.2, R65): turn 0 keeps its timestamp, a later turn gets turn 0's arrival and "
+    "think_time_us = delay (ms) * 1000, rounded down, so it arrives its delay after the "
+    "previous turn's answer (R59); --speedup divides think times as it divides arrivals. "
     "Exit 2 on a malformed record, naming the file, line and field; nothing is written then.",
     add_arguments=_add_arguments,
     run=_run,

@@ -251,8 +251,9 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
     everywhere; the report versions must be released ones, which the harness can validate and
     migrate before comparing; a reader of timing profile 1.1 writes a report that can echo
     its calibration (2.0 or later); a reader of scenario or workload 1.1 one that can say
-    what the KV cache did (3.0 or later, R52); and a reader of scenario 1.2 one that can say
-    what state-aware routing saw (4.0 or later, R57).
+    what the KV cache did (3.0 or later, R52); a reader of scenario 1.2 one that can say
+    what state-aware routing saw (4.0 or later, R57); and a reader of scenario 1.3 or workload
+    1.2 one with a cut-off outcome, sessions and goodput (5.0, R64).
     """
     problems = []
     unread = [kind for kind in INPUT_KINDS if "1.0" not in schema_versions[kind]]
@@ -286,5 +287,15 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
         problems.append(
             "it reads scenario 1.2 but writes no report 4.0; an older report cannot say what "
             "state-aware routing saw (R57)"
+        )
+    section_13 = [
+        f"{kind} {version}"
+        for kind, version in (("scenario", "1.3"), ("workload", "1.2"))
+        if version in schema_versions[kind]
+    ]
+    if section_13 and not any(version_key(v) >= (5, 0) for v in schema_versions["report"]):
+        problems.append(
+            f"it reads {' and '.join(section_13)} but writes no report 5.0; an older report has "
+            "no cut-off outcome, session or goodput (R64)"
         )
     return problems

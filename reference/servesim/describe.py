@@ -26,10 +26,13 @@ def description(version: str) -> dict[str, Any]:
     """The ``--describe`` document (schemas/harness/v3/describe.schema.json).
 
     Inputs list every version read; the report lists the versions written (R38). Reading
-    scenario 1.2 the reference writes report 4.0, as R38 requires of every implementation (an
-    older report cannot say what state-aware routing saw, R57); the harness refuses a
-    description that breaks that, and it needs no feature tag: the cases of the state-aware
-    policies are those with a scenario 1.2, skipped for an implementation that does not read it.
+    scenario 1.3 and workload 1.2 the reference writes report 5.0, as R38 requires of every
+    implementation (an older report has no cut-off outcome, session or goodput, R64; and none
+    older than 4.0 can say what state-aware routing saw, R57); the harness refuses a description
+    that breaks that. Neither needs a feature tag: the cases of sessions, the closed loop, the
+    stop time and the objectives are those with a workload 1.2 or a scenario 1.3 (R64), as the
+    state-aware policies' are those with a scenario 1.2, skipped for an implementation that does
+    not read them.
     """
     versions = {kind: list(read) for kind, read in SUPPORTED_VERSIONS.items()}
     versions["report"] = list(WRITTEN_REPORT_VERSIONS)

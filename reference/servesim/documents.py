@@ -21,6 +21,7 @@ from servesim import validity
 from servesim.errors import InputProblem, InvalidInput
 from servesim.model import (
     SHAPE_DIMENSIONS,
+    ClosedLoop,
     Coverage,
     GridTiming,
     Interval,
@@ -31,6 +32,7 @@ from servesim.model import (
     Routing,
     Scenario,
     SchedulerLimits,
+    Slo,
     SyntheticLinearTiming,
     TimingModel,
     TimingProfile,
@@ -359,6 +361,9 @@ _EXPLAINED: dict[tuple[str, tuple[str | int, ...]], str] = {
     ("scenario", ("properties", "routing", "not")): (
         "prefill_weight and load_weight are both 0; expected at least one above 0 (R56)"
     ),
+    ("scenario", ("properties", "slo", "minProperties")): (
+        "no objective; expected at least one of ttft_us, mean_itl_us and e2e_us (R63)"
+    ),
     ("scenario", ("then", "required")): (
         'missing kv_cache: policy "cache_aware" (at /routing/policy) needs kv_cache with '
         "prefix_caching true (R56)"
@@ -458,6 +463,7 @@ def semantic_problems(value: dict[str, Any], kind: str, file: str) -> list[Input
             else:
                 first_seen[request_id] = index
         problems.extend(_prefix_hash_problems(value, file))
+        problems.extend(_session_problems(value, file))
     elif kind == "scenario":
         scheduler = value["scheduler"]
         if scheduler["max_batched_tokens"] < scheduler["max_num_seqs"]:
@@ -509,24 +515,128 @@ def _prefix_hash_problems(value: dict[str, Any], file: str) -> list[InputProblem
     return problems
 
 
-def pair_problems(scenario: Document, workload: Document) -> list[InputProblem]:
-    """R4's check of a scenario and a workload together (R47): with a KV cache, a prefix hash
-    covers whole cache blocks, so ``prefix_hash_block_tokens`` is a multiple of ``block_tokens``.
+def _session_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
+    """R4, R59: sessions have unique ids and at least one turn, every request names a session
+    that exists, ``think_time_us`` belongs to a turn after the first, and a session's turns do
+    not go back in time.
 
-    Reported at the workload's ``/prefix_hash_block_tokens``, the member to change.
+    Each fault is one problem, at the member to change: a request naming an unknown session is
+    not a turn of anything, so it is not also judged as a turn.
     """
+    problems: list[InputProblem] = []
+    first_seen: dict[str, int] = {}
+    for index, session in enumerate(value.get("sessions", ())):
+        session_id = session["id"]
+        if session_id in first_seen:
+            problems.append(
+                InputProblem(
+                    file,
+                    pointer(["sessions", index, "id"]),
+                    f"duplicate session id {as_json(session_id)}; first used at "
+                    f"{pointer(['sessions', first_seen[session_id], 'id'])}",
+                )
+            )
+        else:
+            first_seen[session_id] = index
+    previous_turn: dict[str, int] = {}  # session id -> workload index of its latest turn
+    for index, request in enumerate(value["requests"]):
+        session_id = request.get("session")
+        if session_id is None:
+            if "think_time_us" in request:
+                problems.append(
+                    InputProblem(
+                        file,
+                        pointer(["requests", index, "think_time_us"]),
+                        "think_time_us without session: only a session's later turns wait "
+                        "for a think time (R59); expected no think_time_us, or a session",
+                    )
+                )
+            continue
+        if session_id not in first_seen:
+            known = "the workload has no sessions" if not first_seen else "not in /sessions"
+            problems.append(
+                InputProblem(
+                    file,
+                    pointer(["requests", index, "session"]),
+                    f"unknown session {as_json(session_id)} ({known}); expected the id of one "
+                    "of the workload's sessions",
+                )
+            )
+            continue
+        before = previous_turn.get(session_id)
+        previous_turn[session_id] = index
+        if before is None:
+            if "think_time_us" in request:
+                problems.append(
+                    InputProblem(
+                        file,
+                        pointer(["requests", index, "think_time_us"]),
+                        f"think_time_us on turn 0 of session {as_json(session_id)}: the first turn "
+                        "arrives at its arrival_us (R59); expected no think_time_us here",
+                    )
+                )
+            continue
+        earlier = value["requests"][before]["arrival_us"]
+        if request["arrival_us"] < earlier:
+            problems.append(
+                InputProblem(
+                    file,
+                    pointer(["requests", index, "arrival_us"]),
+                    f"{request['arrival_us']} is smaller than the arrival_us of the previous "
+                    f"turn of session {as_json(session_id)} ({earlier}, at "
+                    f"{pointer(['requests', before, 'arrival_us'])}); expected at least {earlier}",
+                )
+            )
+    for session_id, index in first_seen.items():
+        if session_id not in previous_turn:
+            problems.append(
+                InputProblem(
+                    file,
+                    pointer(["sessions", index]),
+                    f"session {as_json(session_id)} has no turn: no request names it; expected at "
+                    "least one request with this session",
+                )
+            )
+    return problems
+
+
+def pair_problems(scenario: Document, workload: Document) -> list[InputProblem]:
+    """R4's checks of a scenario and a workload together, each reported at the member to change.
+
+    R62: a stop time comes after the first arrival (a run that stops before anything arrives
+    would have no first arrival to measure from), reported at the scenario's ``/stop_at_us``.
+    R47: with a KV cache, a prefix hash covers whole cache blocks, so
+    ``prefix_hash_block_tokens`` is a multiple of ``block_tokens``, reported at the workload's
+    ``/prefix_hash_block_tokens``.
+    """
+    problems: list[InputProblem] = []
+    stop_at_us = scenario.value.get("stop_at_us")
+    if stop_at_us is not None:
+        requests = workload.value["requests"]
+        first = min(range(len(requests)), key=lambda index: requests[index]["arrival_us"])
+        earliest = requests[first]["arrival_us"]
+        if stop_at_us <= earliest:
+            problems.append(
+                InputProblem(
+                    scenario.file,
+                    "/stop_at_us",
+                    f"{stop_at_us} is not after the workload's first arrival ({earliest}, at "
+                    f"{pointer(['requests', first, 'arrival_us'])} in {workload.file}); "
+                    f"expected more than {earliest}",
+                )
+            )
     kv_cache = scenario.value.get("kv_cache")
     hash_tokens = workload.value.get("prefix_hash_block_tokens")
-    if kv_cache is None or hash_tokens is None or hash_tokens % kv_cache["block_tokens"] == 0:
-        return []
-    return [
-        InputProblem(
-            workload.file,
-            "/prefix_hash_block_tokens",
-            f"{hash_tokens} is not a multiple of the scenario's kv_cache.block_tokens "
-            f"({kv_cache['block_tokens']}, in {scenario.file}); expected a multiple of it",
+    if kv_cache is not None and hash_tokens is not None and hash_tokens % kv_cache["block_tokens"]:
+        problems.append(
+            InputProblem(
+                workload.file,
+                "/prefix_hash_block_tokens",
+                f"{hash_tokens} is not a multiple of the scenario's kv_cache.block_tokens "
+                f"({kv_cache['block_tokens']}, in {scenario.file}); expected a multiple of it",
+            )
         )
-    ]
+    return problems
 
 
 def check_pair(scenario: Document, workload: Document) -> None:
@@ -676,6 +786,8 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
     scheduler = value["scheduler"]
     prefill = scheduler["prefill"]
     kv_cache = value.get("kv_cache")
+    closed_loop = value.get("closed_loop")
+    slo = value.get("slo")
     return Scenario(
         workers=value["fleet"]["workers"],
         routing=Routing(
@@ -698,11 +810,22 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
             block_tokens=kv_cache["block_tokens"],
             prefix_caching=kv_cache["prefix_caching"],
         ),
+        closed_loop=None if closed_loop is None else ClosedLoop(closed_loop["max_in_flight"]),
+        stop_at_us=value.get("stop_at_us"),
+        slo=None
+        if slo is None
+        else Slo(
+            ttft_us=slo.get("ttft_us"),
+            mean_itl_us=slo.get("mean_itl_us"),
+            e2e_us=slo.get("e2e_us"),
+        ),
     )
 
 
 def build_workload(value: dict[str, Any]) -> Workload:
-    """The ``Workload`` of a checked workload document."""
+    """The ``Workload`` of a checked workload document (R59: a request's session by index)."""
+    sessions = tuple(session["id"] for session in value.get("sessions", ()))
+    session_index = {session: index for index, session in enumerate(sessions)}
     return Workload(
         requests=tuple(
             Request(
@@ -711,10 +834,13 @@ def build_workload(value: dict[str, Any]) -> Workload:
                 prompt_tokens=item["prompt_tokens"],
                 max_output_tokens=item["max_output_tokens"],
                 prefix_hashes=tuple(item.get("prefix_hashes", ())),
+                session=session_index[item["session"]] if "session" in item else None,
+                think_time_us=item.get("think_time_us", 0),
             )
             for item in value["requests"]
         ),
         prefix_hash_block_tokens=value.get("prefix_hash_block_tokens"),
+        sessions=sessions,
     )
 
 

@@ -57,6 +57,20 @@ class UnrepresentableTime(ServesimError):
         )
 
 
+class UnrepresentableArrival(UnrepresentableTime):
+    """A session's turn or a closed loop's unit would arrive after 2**53 - 1 microseconds
+    (SPEC.md R59, R6): found when it is released, as a step's end is found when it is formed."""
+
+    def __init__(self, *, request: str, arrival_us: int) -> None:
+        self.request = request
+        self.arrival_us = arrival_us
+        ServesimError.__init__(
+            self,
+            f"request {request!r} would arrive at {arrival_us} us, after 9007199254740991 us, "
+            "the largest time a report can hold (SPEC.md R6, R59)",
+        )
+
+
 class OutOfCoverage(ServesimError):
     """A step's shape lies outside the measured profile's coverage (SPEC.md R43).
 

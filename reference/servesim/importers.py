@@ -3,6 +3,11 @@
 Arrivals become integer microseconds relative to the first record of the trace; request ids are
 derived from the source record (its line number), so they are stable across imports with
 different options. Formats are described in ``../shared/traces/README.md`` and in README.md.
+
+Mooncake lines that name a ``session_id`` become the turns of one session (SPEC.md R65): turn 0
+keeps its timestamp, each later turn gets turn 0's arrival and ``think_time_us`` = ``delay``
+(milliseconds) * 1000, so that it arrives its delay after the previous turn's answer (R59), as
+NVIDIA Dynamo's replay sends it. A trace without ``session_id`` imports exactly as before.
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ MAX_HASH_BLOCK_TOKENS = 2**20
 
 MAX_PREFIX_HASH = 2**53 - 1
 """The largest prefix hash a workload may hold (R3): every JSON reader keeps it exact."""
+
+MAX_TIME_US = 2**53 - 1
+"""The largest time a workload may hold (R3, R6), ``think_time_us`` included."""
+
+_SESSION_ID = re.compile(r"^[!-~]{1,128}$")
+"""R59: a session id is 1 to 128 printable ASCII characters without space, like a request's."""
 
 
 class MalformedTrace(ServesimError):
@@ -75,6 +86,10 @@ class TraceRecord:
     output_tokens: int
     prefix_hashes: tuple[int, ...] = ()
     """R47: the hashes of the prompt's blocks, when the trace has them and they are kept."""
+    session: str | None = None
+    """R59: the session this record is a turn of, if the trace says (R65)."""
+    think_time_us: int | None = None
+    """R59: for a later turn, the client's delay after the previous turn's answer."""
 
 
 def _field(record: dict[str, Any], name: str, file: str, line: int) -> int:
@@ -140,6 +155,7 @@ def mooncake_records(
     """
     file = str(path)
     first_ms: int | None = None
+    session_starts: dict[str, int] = {}  # session id -> its turn 0's offset (R65)
     for line, text in _lines(path):
         if not text.strip():
             continue
@@ -149,10 +165,24 @@ def mooncake_records(
             raise MalformedTrace(file, line, "(line)", f"not a JSON object: {error}") from None
         if not isinstance(record, dict):
             raise MalformedTrace(file, line, "(line)", "not a JSON object")
-        timestamp = _field(record, "timestamp", file, line)
-        first_ms = timestamp if first_ms is None else first_ms
-        if timestamp < first_ms:
-            raise MalformedTrace(file, line, "timestamp", "earlier than the first record")
+        session = _session_id(record, file, line)
+        # a delay is checked on every turn, but a turn 0 arrives at its timestamp (R59 gives
+        # it no think time), and a line without a session ignores it, as it always did
+        delay_us = _delay_us(record, file, line) if session is not None else None
+        session_start_us = None if session is None else session_starts.get(session)
+        think_time_us = None
+        if session_start_us is not None:  # a later turn: turn 0's arrival, its delay (R65)
+            if "timestamp" in record:  # Dynamo writes none; one given is checked, not read
+                _field(record, "timestamp", file, line)
+            offset_us, think_time_us = session_start_us, delay_us
+        else:
+            timestamp = _field(record, "timestamp", file, line)
+            first_ms = timestamp if first_ms is None else first_ms
+            if timestamp < first_ms:
+                raise MalformedTrace(file, line, "timestamp", "earlier than the first record")
+            offset_us = (timestamp - first_ms) * 1000
+            if session is not None:
+                session_starts[session] = offset_us
         prompt_tokens = _field(record, "input_length", file, line)
         output_tokens = _field(record, "output_length", file, line)
         hashes = (
@@ -162,11 +192,58 @@ def mooncake_records(
         )
         yield TraceRecord(
             line=line,
-            offset_us=(timestamp - first_ms) * 1000,
+            offset_us=offset_us,
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
             prefix_hashes=hashes,
+            session=session,
+            think_time_us=think_time_us,
         )
+
+
+def _session_id(record: dict[str, Any], file: str, line: int) -> str | None:
+    """A record's ``session_id`` as R59's session id: a string of 1 to 128 characters from
+    ``!`` to ``~``, or a non-negative integer (written in decimal); absent or ``null`` when the
+    record is a request of its own."""
+    value = record.get("session_id")
+    if value is None:
+        return None
+    if type(value) is int and value >= 0:
+        return str(value)
+    if isinstance(value, str) and _SESSION_ID.match(value):
+        return value
+    raise MalformedTrace(
+        file,
+        line,
+        "session_id",
+        "expected a string of 1 to 128 printable ASCII characters without spaces, or a "
+        f"non-negative integer, found {json.dumps(value)}",
+    )
+
+
+def _delay_us(record: dict[str, Any], file: str, line: int) -> int | None:
+    """A later turn's ``delay`` (milliseconds, a number of at least 0, possibly fractional) as
+    ``think_time_us``, rounded down to a whole microsecond; ``None`` when absent or ``null``."""
+    value = record.get("delay")
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise MalformedTrace(
+            file,
+            line,
+            "delay",
+            f"expected a number of milliseconds of at least 0, found {json.dumps(value)}",
+        )
+    # A fraction is read as the shortest decimal that gives the same binary64 (repr), which is
+    # the decimal the file wrote whenever it has 15 significant digits or fewer (4503.003 ms is
+    # 4,503,003 us, not the 4,503,002 us of the binary64 just below it).
+    exact = Fraction(value) if type(value) is int else Fraction(repr(value))
+    think_time_us = math.floor(exact * 1000)
+    if think_time_us > MAX_TIME_US:
+        raise MalformedTrace(
+            file, line, "delay", f"{json.dumps(value)} ms is more than 2^53-1 us (R6)"
+        )
+    return think_time_us
 
 
 _AZURE_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,7}))?$")
@@ -241,7 +318,10 @@ def select(records: Iterator[TraceRecord], options: ImportOptions) -> Iterator[T
         if record.offset_us < start_us or (end_us is not None and record.offset_us >= end_us):
             continue
         offset = int((record.offset_us - start_us) / options.speedup)  # floor: non-negative
-        yield replace(record, offset_us=offset)
+        think_time_us = record.think_time_us
+        if think_time_us is not None:  # a session's think times shrink with its arrivals
+            think_time_us = int(think_time_us / options.speedup)
+        yield replace(record, offset_us=offset, think_time_us=think_time_us)
         kept += 1
 
 
@@ -254,6 +334,10 @@ def _request(source: str, record: TraceRecord) -> dict[str, Any]:
     }
     if record.prefix_hashes:
         request["prefix_hashes"] = list(record.prefix_hashes)
+    if record.session is not None:
+        request["session"] = record.session
+    if record.think_time_us is not None:
+        request["think_time_us"] = record.think_time_us
     return request
 
 
@@ -263,14 +347,21 @@ def workload_bytes(
     """A workload document, one request per line so that diffs stay readable; and its size.
 
     With ``hash_block_tokens`` the workload is 1.1 and gives it as ``prefix_hash_block_tokens``
-    (R47), and each request with hashes has ``prefix_hashes``; without, it is 1.0.
+    (R47), and each request with hashes has ``prefix_hashes``; without, it is 1.0. Records of
+    sessions (R65) make it 1.2, with ``sessions`` (one line each, in order of their first kept
+    turn) before the requests.
     """
-    lines = [json.dumps(_request(source, record)) for record in records]
+    kept = list(records)
+    sessions = list(dict.fromkeys(r.session for r in kept if r.session is not None))
+    lines = [json.dumps(_request(source, record)) for record in kept]
     body = ",\n    ".join(lines)
-    version = "1.0" if hash_block_tokens is None else "1.1"
+    version = "1.2" if sessions else "1.0" if hash_block_tokens is None else "1.1"
     header = f'{{\n  "document": "workload",\n  "schema_version": "{version}",\n'
     if hash_block_tokens is not None:
         header += f'  "prefix_hash_block_tokens": {hash_block_tokens},\n'
+    if sessions:
+        listed = ",\n    ".join(json.dumps({"id": session}) for session in sessions)
+        header += f'  "sessions": [\n    {listed}\n  ],\n'
     text = f'{header}  "requests": [\n    {body}\n  ]\n}}\n'
     return text.encode(), len(lines)
 

@@ -9,9 +9,12 @@ step can be reviewed (and tested) on its own, and a version is never skipped.
 measured kinds), scenario and workload 1.0 to 1.1 (relabels: 1.1 added the KV cache and prefix
 hashes, SPEC.md R53), report 1.0 to 2.0 (the trace's step shapes and the calibration echo, SPEC.md
 R25, R30), report 2.0 to 3.0 (the KV cache's members, R52, R53), scenario 1.1 to 1.2 (a relabel:
-1.2 added the state-aware routing policies, R57) and report 3.0 to 4.0 (each request's
-``cached_blocks_at_routing``, R57). The test fixtures in ``tests/evolution_fixtures/`` exercise
-the machinery further with made-up scenario versions.
+1.2 added the state-aware routing policies, R57), report 3.0 to 4.0 (each request's
+``cached_blocks_at_routing``, R57), scenario 1.2 to 1.3 and workload 1.1 to 1.2 (relabels: they
+added the closed loop, the stop time, the objectives and sessions, R64) and report 4.0 to 5.0
+(each request's ``session``, the summary's ``cut_off`` and ``tpot_us``, R64). The test
+fixtures in ``tests/evolution_fixtures/`` exercise the machinery further with made-up scenario
+versions.
 
 Problems are data (``InputProblem``, with a JSON pointer) like every other input problem, so the
 command line reports them the way it reports an invalid document.
@@ -28,6 +31,7 @@ from typing import Any
 
 from servesim.errors import InputProblem, InvalidInput
 from servesim.schemas import SUPPORTED_VERSIONS
+from servesim.tpot import tpot_sample, tpot_statistics
 
 #: A migration step: a document at ``source`` in, a new document at ``target`` out.
 Upgrade = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -292,6 +296,49 @@ def _with_cached_blocks_at_routing(request: Mapping[str, Any]) -> dict[str, Any]
     return upgraded
 
 
+def report_4_0_to_5_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 4.0 to 5.0 (R64): ``session: null`` per request, ``cut_off: 0`` and ``tpot_us``.
+
+    Exact, not a guess: a 4.0 report comes from inputs without sessions, closed loop, stop time
+    or objectives (scenario 1.3, workload 1.2 and report 5.0 came together), so no request has a
+    session or is cut off, and there is no ``slo_met`` or ``goodput``. ``tpot_us`` (R63) is
+    computed from what a 4.0 report holds of each completed request with at least two output
+    tokens: ``first_token_us``, ``completion_us`` and ``output_tokens``. Nothing else changes:
+    with every request arrived and none cut off, R64's ``first_arrival_us`` and ``makespan_us``
+    are R28's. New members go where the canonical order (R23) has them, so a canonical 4.0
+    report becomes a canonical 5.0 one.
+    """
+    upgraded = dict(report)
+    upgraded["requests"] = [
+        _with_member(request, "session", None) for request in report["requests"]
+    ]
+    samples = [
+        tpot_sample(request["first_token_us"], request["completion_us"], request["output_tokens"])
+        for request in report["requests"]
+        if request["outcome"] == "completed" and request["output_tokens"] >= 2
+    ]
+    summary = _with_member(report["summary"], "cut_off", 0)
+    upgraded["summary"] = _with_member(summary, "tpot_us", tpot_statistics(samples))
+    return upgraded
+
+
+def _with_member(value: Mapping[str, Any], name: str, member: Any) -> dict[str, Any]:
+    """``value`` with the member ``name`` put before the first member whose name sorts after it.
+
+    ``servesim migrate`` keeps the member order it read (R37): in a canonical document (R23,
+    members sorted) this is where the canonical writer puts the new member; in another it is
+    somewhere reasonable. (Every member name in a report is ASCII, so code points sort as R23's
+    UTF-16 code units do.)
+    """
+    upgraded: dict[str, Any] = {}
+    for key, item in value.items():
+        if name not in upgraded and key > name:
+            upgraded[name] = member
+        upgraded[key] = item
+    upgraded.setdefault(name, member)
+    return upgraded
+
+
 #: The reference's chain. A new version adds its step here in the same commit as its schema
 #: (tests/test_evolution_release.py checks that every released version has a path to the
 #: current one, and ``servesim schema review`` that a new version comes with its step).
@@ -356,6 +403,32 @@ CHAIN = MigrationChain(
             summary="adds cached_blocks_at_routing null to every request (R57: a 3.0 report "
             "comes from round_robin or random routing, where it is null)",
             upgrade=report_3_0_to_4_0,
+        ),
+        Migration(
+            kind="scenario",
+            source="1.2",
+            target="1.3",
+            summary="relabel: 1.3 adds the optional closed_loop, stop_at_us and slo, which 1.2 "
+            "scenarios do not use (R64)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="workload",
+            source="1.1",
+            target="1.2",
+            summary="relabel: 1.2 adds the optional sessions and per-request session and "
+            "think_time_us, which 1.1 workloads do not use (R64)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="4.0",
+            target="5.0",
+            summary="adds session null to every request, and cut_off 0 and tpot_us (computed "
+            "from each completed request's first_token_us, completion_us and output_tokens) to "
+            "the summary (R64: a 4.0 report comes from inputs without sessions, closed loop, "
+            "stop time or objectives)",
+            upgrade=report_4_0_to_5_0,
         ),
     ),
     current={kind: versions[-1] for kind, versions in SUPPORTED_VERSIONS.items()},

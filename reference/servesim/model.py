@@ -29,6 +29,12 @@ class Request:
     prefix_hashes: tuple[int, ...] = ()
     """R47: the hashes of the prompt's consecutive blocks of ``prefix_hash_block_tokens``
     tokens (workload 1.1); empty when the workload gives none."""
+    session: int | None = None
+    """R59: the index in ``Workload.sessions`` of the session it is a turn of (workload 1.2);
+    ``None`` for a request without a session."""
+    think_time_us: int = 0
+    """R59: how long after its predecessor's terminal time a turn k > 0 arrives at the
+    earliest (0 when the document leaves it out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,9 @@ class Workload:
     requests: tuple[Request, ...]
     prefix_hash_block_tokens: int | None = None
     """R47: H, the tokens each prefix hash covers; set when the workload gives it."""
+    sessions: tuple[str, ...] = ()
+    """R59: the sessions' ids, in document order (``Request.session`` indexes them); empty
+    for a workload without sessions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,14 +93,39 @@ class KvCache:
 
 
 @dataclass(frozen=True, slots=True)
+class ClosedLoop:
+    """R61: at most ``max_in_flight`` units (sessions and requests without one) released and
+    not ended at any instant."""
+
+    max_in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """R63: inclusive latency bounds, in microseconds; ``None`` where the scenario sets none
+    (at least one is set)."""
+
+    ttft_us: int | None = None
+    mean_itl_us: int | None = None
+    e2e_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
-    """The fleet, its routing policy, its scheduler limits and (scenario 1.1) its KV cache."""
+    """The fleet, its routing policy, its scheduler limits, (scenario 1.1) its KV cache and
+    (scenario 1.3) how load is offered, when the run stops and what counts as good."""
 
     workers: int
     routing: Routing
     scheduler: SchedulerLimits
     kv_cache: KvCache | None = None
     """R45: ``None`` means unlimited memory, as in every 1.0 scenario."""
+    closed_loop: ClosedLoop | None = None
+    """R61: ``None`` is the open loop of sections 2 to 12: recorded times decide arrivals."""
+    stop_at_us: int | None = None
+    """R62: D, the stop time; ``None`` runs until every request reaches a terminal state."""
+    slo: Slo | None = None
+    """R63: the objectives; ``None`` leaves ``slo_met`` and ``goodput`` out of the report."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,9 @@ from typing import Any
 from servesim.admission import REJECT_REASONS
 from servesim.canonical import canonical_bytes, encoded_array
 from servesim.kv_cache import KvCacheCounters
+from servesim.model import Slo
 from servesim.simulation import SimulationResult
+from servesim.tpot import tpot_sample, tpot_statistics
 from servesim.worker import RequestState, Step, Worker
 
 #: R27: the percentiles every latency statistic reports.
@@ -75,9 +77,9 @@ def digest(data: bytes) -> str:
 
 def _latencies(state: RequestState) -> tuple[int, int, int]:
     """R26: queue time, TTFT and E2E of a completed request, in microseconds."""
-    arrival = state.request.arrival_us
+    arrival = state.arrival_us
     first_scheduled = state.first_scheduled_us
-    if first_scheduled is None or not state.token_times_us:
+    if arrival is None or first_scheduled is None or not state.token_times_us:
         raise ValueError(f"request {state.request.id!r} did not complete")
     return (
         first_scheduled - arrival,
@@ -87,12 +89,16 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
 
 
 #: R26's request entry with its members in RFC 8785 order (sorted keys); see ``_request_entry``.
+#: The slot before ``terminal_us`` holds R63's ``slo_met`` member, or nothing without ``slo``.
 _REQUEST_ENTRY = (
-    b'{"arrival_us":%d,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,"first_scheduled_us":%b,'
-    b'"first_token_us":%b,"id":%b,"mean_itl_us":%b,"outcome":%b,"output_tokens":%d,'
-    b'"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,"reject_reason":%b,'
-    b'"reused_prompt_tokens":%d,"terminal_us":%d,"token_times_us":[%b],"ttft_us":%b,"worker":%b}'
+    b'{"arrival_us":%b,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,'
+    b'"first_scheduled_us":%b,"first_token_us":%b,"id":%b,"mean_itl_us":%b,"outcome":%b,'
+    b'"output_tokens":%d,"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,"reject_reason":%b,'
+    b'"reused_prompt_tokens":%d,"session":%b,%b"terminal_us":%d,"token_times_us":[%b],'
+    b'"ttft_us":%b,"worker":%b}'
 )
+
+_SLO_MET = {None: b"", True: b'"slo_met":true,', False: b'"slo_met":false,'}
 
 
 def _json(value: int | float | str | None) -> bytes:
@@ -104,36 +110,71 @@ def _json(value: int | float | str | None) -> bytes:
     return canonical_bytes(value)
 
 
-def _request_entry(state: RequestState) -> bytes:
-    """R26: one request's line in the report, as canonical bytes.
+def _completed(state: RequestState) -> bool:
+    """R9: whether the request completed (not rejected, R10, nor cut off, R62)."""
+    return state.reject_reason is None and not state.cut_off
+
+
+def meets_objectives(state: RequestState, slo: Slo) -> bool:
+    """R63: completed, and every bound ``slo`` gives holds, inclusively; the mean ITL bound is
+    R26's mean compared exactly, in integers, so a request with one token meets it."""
+    if not _completed(state):
+        return False
+    _, ttft_us, e2e_us = _latencies(state)
+    tokens = state.token_times_us
+    return (
+        (slo.ttft_us is None or ttft_us <= slo.ttft_us)
+        and (slo.e2e_us is None or e2e_us <= slo.e2e_us)
+        and (
+            slo.mean_itl_us is None
+            or tokens.last - tokens.first <= slo.mean_itl_us * (len(tokens) - 1)
+        )
+    )
+
+
+def _request_entry(state: RequestState, session: bytes, slo: Slo | None) -> bytes:
+    """R26: one request's line in the report, as canonical bytes; ``session`` is its R64
+    member's bytes.
 
     Filled into a byte template, like a trace entry, instead of serialised from a dictionary:
     the request lines hold every token time, most of a report's bytes.
     """
     request = state.request
     tokens = state.token_times_us
-    completed = state.reject_reason is None
-    queue_us = ttft_us = e2e_us = mean_itl_us = None
-    if completed:
+    arrival = state.arrival_us
+    queue_us = ttft_us = e2e_us = mean_itl_us = completion_us = None
+    if state.reject_reason is not None:
+        outcome = b'"rejected"'
+    elif state.cut_off:  # R62: the latencies whose times exist, none that needs a completion
+        outcome = b'"cut_off"'
+        if arrival is not None and state.first_scheduled_us is not None:
+            queue_us = state.first_scheduled_us - arrival
+        if arrival is not None and tokens:
+            ttft_us = tokens.first - arrival
+    else:
+        outcome = b'"completed"'
         queue_us, ttft_us, e2e_us = _latencies(state)
         mean_itl_us = ratio(tokens.last - tokens.first, len(tokens) - 1)
+        completion_us = state.terminal_us
     assert state.terminal_us is not None, "R9: every request ends before the report is built"
     return _REQUEST_ENTRY % (
-        request.arrival_us,
+        _json(arrival),
         _json(state.cached_blocks_at_routing),  # R57
-        _json(state.terminal_us if completed else None),  # completion_us
+        _json(completion_us),
         _json(e2e_us),
         _json(state.first_scheduled_us),
         _json(tokens.first if tokens else None),  # first_token_us
         _json(request.id),
         _json(mean_itl_us),
-        b'"completed"' if completed else b'"rejected"',
+        outcome,
         len(tokens),  # output_tokens
         state.preemptions,
         request.prompt_tokens,
         _json(queue_us),
         _json(state.reject_reason),
         state.reused_prompt_tokens,
+        session,
+        _SLO_MET[None if slo is None else meets_objectives(state, slo)],
         state.terminal_us,
         tokens.json_items(),
         _json(ttft_us),
@@ -141,46 +182,75 @@ def _request_entry(state: RequestState) -> bytes:
     )
 
 
+def _first_arrival_us(states: list[RequestState]) -> int:
+    """R64: the earliest arrival of a request that arrived (one always does: R62's stop time
+    comes after the smallest ``arrival_us``, when that request or a closed loop's first unit
+    arrives)."""
+    return min(state.arrival_us for state in states if state.arrival_us is not None)
+
+
 def _makespan_us(states: list[RequestState]) -> int:
-    """R28: from the first arrival to the last terminal state."""
-    first_arrival = min(state.request.arrival_us for state in states)
+    """R28, R64: from the first arrival to the last terminal state (cut-off ones included)."""
     terminals = [state.terminal_us for state in states if state.terminal_us is not None]
     if len(terminals) != len(states):
         raise ValueError("every request reaches a terminal state (R9) before the report is built")
-    return max(terminals) - first_arrival
+    return max(terminals) - _first_arrival_us(states)
 
 
-def _summary(states: list[RequestState], workers: list[Worker], makespan_us: int) -> dict[str, Any]:
-    """R28: fleet-wide counts, throughput and latency statistics."""
-    completed = [state for state in states if state.reject_reason is None]
+def _summary(
+    states: list[RequestState], workers: list[Worker], makespan_us: int, slo: Slo | None
+) -> dict[str, Any]:
+    """R28, R63, R64: fleet-wide counts, throughput and latency statistics."""
+    completed = [state for state in states if _completed(state)]
     by_reason = dict.fromkeys(REJECT_REASONS, 0)
+    cut_off = 0
     for state in states:
         if state.reject_reason is not None:
             by_reason[state.reject_reason] += 1
+        elif state.cut_off:
+            cut_off += 1
     output_tokens = sum(len(state.token_times_us) for state in completed)
     latencies = [_latencies(state) for state in completed]
     gaps: Counter[int] = Counter()
     for state in completed:
         state.token_times_us.count_gaps(gaps)
     prompt_tokens = sum(state.request.prompt_tokens for state in completed)
-    return {
+    summary: dict[str, Any] = {
         "requests": len(states),
         "completed": len(completed),
-        "rejected": len(states) - len(completed),
+        "rejected": len(states) - len(completed) - cut_off,
         "rejected_by_reason": by_reason,
+        "cut_off": cut_off,
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
         "steps": sum(worker.steps for worker in workers),
-        "first_arrival_us": min(state.request.arrival_us for state in states),
+        "first_arrival_us": _first_arrival_us(states),
         "makespan_us": makespan_us,
         "request_throughput_per_s": ratio(len(completed) * 1_000_000, makespan_us),
         "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan_us),
         "queue_us": statistics([queue for queue, _, _ in latencies]),
         "ttft_us": statistics([ttft for _, ttft, _ in latencies]),
         "itl_us": statistics_of_counts(gaps),
+        "tpot_us": tpot_statistics(  # R63: shared with the report 4.0 -> 5.0 migration
+            tpot_sample(
+                state.token_times_us.first, state.token_times_us.last, len(state.token_times_us)
+            )
+            for state in completed
+            if len(state.token_times_us) > 1
+        ),
         "e2e_us": statistics([e2e for _, _, e2e in latencies]),
         "kv_cache": _summary_kv_cache(completed, workers, prompt_tokens),
     }
+    if slo is not None:  # R63: absent without objectives, not null
+        good = [state for state in completed if meets_objectives(state, slo)]
+        good_tokens = sum(len(state.token_times_us) for state in good)
+        summary["goodput"] = {
+            "requests": len(good),
+            "output_tokens": good_tokens,
+            "request_throughput_per_s": ratio(len(good) * 1_000_000, makespan_us),
+            "output_token_throughput_per_s": ratio(good_tokens * 1_000_000, makespan_us),
+        }
+    return summary
 
 
 def _summary_kv_cache(
@@ -309,10 +379,18 @@ def report_chunks(
         name: {"sha256": digest(data)} for name, data in inputs.items()
     }
     digests["timing_profile"]["calibration"] = calibration
-    summary = _summary(result.requests, result.workers, makespan_us)
+    summary = _summary(result.requests, result.workers, makespan_us, result.slo)
+    sessions = [canonical_bytes(session) for session in result.sessions]
     yield b'{"document":"report","inputs":' + canonical_bytes(digests) + b',"requests":'
-    yield from encoded_array(_request_entry(state) for state in result.requests)
-    yield b',"schema_version":"4.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield from encoded_array(
+        _request_entry(
+            state,
+            b"null" if state.request.session is None else sessions[state.request.session],
+            result.slo,
+        )
+        for state in result.requests
+    )
+    yield b',"schema_version":"5.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:

@@ -1,22 +1,24 @@
 """The event loop: one logical clock drives the whole fleet (SPEC.md section 2).
 
 Events are ordered by one key, ``(time_us, priority, order)`` (R7): step completions before
-arrivals before scheduling at the same microsecond; then completions and arrivals in the order
-they were created, and scheduling events by worker index.
+arrivals before scheduling at the same microsecond; then completions in the order they were
+created, arrivals by workload position (R60) and scheduling events by worker index. Section 13
+adds arrivals made during the run (a session's later turns, R59; a closed loop's units, R61) and
+a stop time after which nothing happens (R62).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 from servesim.admission import rejection_reason
-from servesim.errors import OutOfCoverage, UnrepresentableTime
+from servesim.errors import OutOfCoverage, UnrepresentableArrival, UnrepresentableTime
 from servesim.kv_cache import HashPrefixes
-from servesim.model import Scenario, SyntheticLinearTiming, TimingProfile, Workload
+from servesim.model import Scenario, Slo, SyntheticLinearTiming, TimingProfile, Workload
 from servesim.routing import make_router
 from servesim.worker import (
     CachingWorker,
@@ -47,6 +49,10 @@ class SimulationResult:
     workers: list[Worker]
     steps: list[Step] | None
     """Every step (runs of identical steps as one), in the order formed, when traced."""
+    sessions: tuple[str, ...] = ()
+    """R64: the workload's session ids, which ``RequestState.request.session`` indexes."""
+    slo: Slo | None = None
+    """R63: the scenario's objectives, which decide ``slo_met`` and ``goodput``."""
 
 
 def step_duration(step: Step, timing: TimingProfile) -> int:
@@ -65,10 +71,40 @@ def step_duration(step: Step, timing: TimingProfile) -> int:
     return model.step_duration_us(shape)
 
 
-def arrival_order(workload: Workload) -> list[int]:
-    """R8: workload positions sorted by arrival time, equal times in document order."""
+def arrival_order(workload: Workload, positions: Iterable[int] | None = None) -> list[int]:
+    """R8: workload positions (all, or ``positions``) sorted by arrival time, equal times in
+    document order."""
     requests = workload.requests
-    return sorted(range(len(requests)), key=lambda position: requests[position].arrival_us)
+    chosen = range(len(requests)) if positions is None else positions
+    return sorted(chosen, key=lambda position: requests[position].arrival_us)
+
+
+def next_turns(workload: Workload) -> list[int]:
+    """R59: for each workload position, the position of the next turn of its session; -1 for
+    a session's last turn and for a request without a session."""
+    following = [-1] * len(workload.requests)
+    last_turn: dict[int, int] = {}
+    for position, request in enumerate(workload.requests):
+        if request.session is not None:
+            previous = last_turn.get(request.session)
+            if previous is not None:
+                following[previous] = position
+            last_turn[request.session] = position
+    return following
+
+
+def unit_starts(workload: Workload) -> list[int]:
+    """R61: the workload positions of the units' first requests (each session's turn 0 and
+    every request without a session), in position order, the order units are released in."""
+    seen: set[int] = set()
+    starts = []
+    for position, request in enumerate(workload.requests):
+        if request.session is None:
+            starts.append(position)
+        elif request.session not in seen:
+            seen.add(request.session)
+            starts.append(position)
+    return starts
 
 
 class FleetView:
@@ -162,26 +198,74 @@ def simulate(
             for index in range(scenario.workers)
         ]
     states = [RequestState(request, position) for position, request in enumerate(workload.requests)]
-    arrivals = iter(arrival_order(workload))
+    requests = workload.requests
     steps: list[Step] | None = [] if record_trace else None
+    stop_us = scenario.stop_at_us
+    closed_loop = scenario.closed_loop
+    #: R62: an event is processed while its key is below (horizon, arrival); without a stop
+    #: time nothing reaches it, since every time stays within 2**53 - 1 (R6)
+    horizon = MAX_TIME_US + 1 if stop_us is None else stop_us
+    #: R59: each request's next turn (-1 for none); empty without sessions
+    following = next_turns(workload) if workload.sessions else []
+    #: R61: the units' first requests, released in this order; empty in an open loop
+    units = unit_starts(workload) if closed_loop is not None else []
+    released_units = 0
+    releases = bool(following or units)  # whether a terminal state may release an arrival
 
     queue: list[tuple[int, int, int, int]] = []  # (time_us, priority, order, subject)
     sequence = itertools.count()
 
     def push(time_us: int, priority: int, subject: int) -> int:
-        # R7: completions and arrivals in the order they were created; scheduling events by
-        # worker index, so that a run of steps (one completion event for many steps) orders a
-        # worker's next step exactly as step-by-step formation would
-        number = subject if priority == SCHEDULING else next(sequence)
+        # R7: completions in the order they were created; arrivals by workload position (R60);
+        # scheduling events by worker index, so that a run of steps (one completion event for
+        # many steps) orders a worker's next step exactly as step-by-step formation would
+        number = next(sequence) if priority == STEP_COMPLETION else subject
         heapq.heappush(queue, (time_us, priority, number, subject))
         return number
 
-    def push_next_arrival() -> None:
-        # Arrivals enter the queue one at a time, in arrival order (R8): the queue never holds
-        # two arrivals at once, so their relative order is exactly R8's.
-        position = next(arrivals, None)
-        if position is not None:
-            push(states[position].request.arrival_us, ARRIVAL, position)
+    # Arrivals known at the start (R60) enter the queue one at a time, in R8's order: the queue
+    # holds at most one of them, the earliest left, and every released arrival, so that its
+    # order is R60's (time, then workload position) without a heap entry per request.
+    if closed_loop is not None:
+        known: Iterator[int] = iter(())
+    elif following:  # a session's turns k > 0 wait for their release (R59)
+        is_later_turn = [False] * len(states)
+        for position in following:
+            if position >= 0:
+                is_later_turn[position] = True
+        known = iter(arrival_order(workload, (p for p, t in enumerate(is_later_turn) if not t)))
+    else:
+        known = iter(arrival_order(workload))
+    known_pending = -1  # the position of the known arrival in the queue, if any
+
+    def push_next_known() -> None:
+        nonlocal known_pending
+        known_pending = next(known, -1)
+        if known_pending >= 0:
+            push(requests[known_pending].arrival_us, ARRIVAL, known_pending)
+
+    def release(position: int, time_us: int) -> None:
+        # R59, R61: an arrival made during the run; at or after the stop time it never happens
+        # (R62), and without one it must be a time a report can hold (R6)
+        if time_us >= horizon:
+            if stop_us is None:
+                raise UnrepresentableArrival(request=requests[position].id, arrival_us=time_us)
+            return
+        push(time_us, ARRIVAL, position)
+
+    def ended(state: RequestState, now_us: int) -> None:
+        # R59: a turn's end releases the session's next turn; R61: a unit's end the next unit
+        nonlocal released_units
+        turn = following[state.position] if following else -1
+        if turn >= 0:
+            think_us = now_us + requests[turn].think_time_us
+            if closed_loop is None:
+                release(turn, max(requests[turn].arrival_us, think_us))
+            else:  # R61: a released unit's turns do not read their recorded times
+                release(turn, think_us)
+        elif released_units < len(units):
+            release(units[released_units], now_us)
+            released_units += 1
 
     def request_scheduling(worker: Worker, now_us: int) -> None:
         # R16: an idle worker with work schedules at the current instant, once.
@@ -194,9 +278,16 @@ def simulate(
     #: what a router sees (R54); its request is set at each arrival
     fleet_view = FleetView(workers, first_blocks)
     arrived = 0
-    push_next_arrival()
+    if closed_loop is not None:  # R61: the first N units, at the earliest recorded time
+        first_us = min(request.arrival_us for request in requests)
+        while released_units < min(closed_loop.max_in_flight, len(units)):
+            release(units[released_units], first_us)
+            released_units += 1
+    push_next_known()
     while queue:
         now_us, priority, number, subject = heapq.heappop(queue)
+        if now_us >= horizon and (now_us > horizon or priority != STEP_COMPLETION):
+            break  # R62: nothing at or after the stop time happens but completions at it
         if priority == STEP_COMPLETION:
             worker = workers[subject]
             if number != worker.completion_sequence:
@@ -204,15 +295,22 @@ def simulate(
             step = worker.in_flight
             assert step is not None
             worker.in_flight = None
-            if worker.complete_step(step):  # R54: a completion changes what a router sees
-                router.counters_changed(fleet_view, worker.index)
+            finished = worker.complete_step(step)
+            if finished:
+                router.counters_changed(fleet_view, worker.index)  # R54: what a router sees
+                if releases:
+                    for state in finished:
+                        ended(state, now_us)
             request_scheduling(worker, now_us)
         elif priority == ARRIVAL:
             state = states[subject]
+            state.arrival_us = now_us
             reason = rejection_reason(state.request, limits, kv_cache)
             if reason is not None:  # R10: rejected at arrival, never routed
                 state.reject_reason = reason
                 state.terminal_us = now_us
+                if releases:
+                    ended(state, now_us)
             else:
                 fleet_view.request = state
                 worker = workers[router.route(fleet_view)]
@@ -224,7 +322,8 @@ def simulate(
                 if run is not None and run.truncate_at(now_us):
                     worker.completion_sequence = push(run.end_us, STEP_COMPLETION, worker.index)
                 request_scheduling(worker, now_us)
-            push_next_arrival()
+            if subject == known_pending:
+                push_next_known()
             arrived += 1
             if progress is not None and arrived % PROGRESS_EVERY == 0:
                 progress(arrived, len(states), now_us)
@@ -249,6 +348,8 @@ def simulate(
                 step.repeat = decode_run_length(step, MAX_TIME_US, max_steps)
             else:
                 measured_decode_run(step, timing.model, MAX_TIME_US, max_steps)
+            if stop_us is not None:  # R62: no step of a run may pass the stop time uncut
+                step.stop_at(stop_us)
             # R54: a state-aware router may read this worker before the run ends
             assert not state_aware or worker.run_keeps_router_view(step), (
                 "run_keeps_router_view: a run would change what a state-aware router reads"
@@ -258,4 +359,15 @@ def simulate(
                 steps.append(step)
             worker.completion_sequence = push(step.end_us, STEP_COMPLETION, worker.index)
 
-    return SimulationResult(requests=states, workers=workers, steps=steps)
+    if stop_us is not None:  # R62: what has not ended by the stop time is cut off there
+        for worker in workers:
+            if worker.in_flight is not None:
+                worker.cut_step(worker.in_flight, stop_us)
+        for state in states:
+            if state.terminal_us is None:
+                state.terminal_us = stop_us
+                state.cut_off = True
+
+    return SimulationResult(
+        requests=states, workers=workers, steps=steps, sessions=workload.sessions, slo=scenario.slo
+    )

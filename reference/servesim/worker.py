@@ -33,6 +33,9 @@ class RequestState:
     request: Request
     position: int
     """The request's index in the workload document."""
+    arrival_us: int | None = None
+    """When it arrived (R26, R60): its ``arrival_us``, or later for a released turn or unit
+    (R59, R61); ``None`` until it arrives, and for good if a stop time comes first (R62)."""
     worker: int | None = None
     reject_reason: str | None = None
     prefilled: int = 0
@@ -48,6 +51,8 @@ class RequestState:
     token_times_us: TokenTimes = field(default_factory=TokenTimes)
     """When each output token was produced; its length is the number generated so far."""
     terminal_us: int | None = None
+    cut_off: bool = False
+    """R62: whether the stop time ended it (its ``terminal_us`` is then the stop time)."""
     reused_prompt_tokens: int = 0
     """R48, R52: the tokens reused at its first admission (0 without a cache)."""
     preemptions: int = 0
@@ -154,6 +159,29 @@ class Step:
                 self.segments = [*segments[:index], (first_end, duration, taken)]
             return True
         return False
+
+    def stop_at(self, stop_us: int) -> None:
+        """R62: keep only the steps of a run that a stop time leaves whole, and the first.
+
+        The steps ending at or before ``stop_us`` complete; one ending after it is cut (it never
+        ends). A run keeps the steps ending at or before the stop time, so that its completion is
+        processed, and then the worker forms the next step at its own time, one at a time as
+        step-by-step formation would; if even its first step ends after the stop time, that step
+        alone is left, to be cut (``Worker.cut_step``).
+        """
+        if self.end_us <= stop_us:
+            return
+        self.truncate_at(stop_us)  # its last step is now the one ending at or after stop_us
+        if self.end_us > stop_us and self.repeat > 1:  # the step at the boundary is cut: drop it
+            self.repeat -= 1
+            if self.segments is not None:
+                first_end, duration, count = self.segments[-1]
+                if count == 1:
+                    self.segments.pop()
+                else:
+                    self.segments[-1] = (first_end, duration, count - 1)
+                if self.repeat == 1:  # one step is no run: its end is start + duration
+                    self.segments = None
 
 
 def context_tokens(decode: list[RequestState]) -> int:
@@ -415,6 +443,15 @@ class Worker:
         self.output_tokens += step.repeat * len(step.decode) + first_tokens
         self.completed += len(finished)
         return finished
+
+    def cut_step(self, step: Step, stop_us: int) -> None:
+        """R62: ``step`` (a single step, ``Step.stop_at``) was in flight at the stop time. It was
+        formed, so it counts as a step and every effect of forming it stands; it never ends, so
+        it produces no token, completes and registers nothing, and its allotments and decodes
+        are not counted. It kept the worker busy until the stop time."""
+        assert step.repeat == 1, "Step.stop_at: only a run's first step can be cut"
+        self.steps += 1
+        self.busy_us += stop_us - step.start_us
 
 
 class FirstBlocks:

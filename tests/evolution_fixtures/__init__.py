@@ -1,9 +1,9 @@
-"""A deliberate schema evolution, for the evolution tests: scenario 1.2 -> 1.3 -> 2.0.
+"""A deliberate schema evolution, for the evolution tests: scenario 1.3 -> 1.4 -> 2.0.
 
-Scenario 1.2 is the real, released one (it added the state-aware routing policies); the versions
-after it are made up:
+Scenario 1.3 is the real, released one (it added the closed loop, the stop time and the
+objectives); the versions after it are made up:
 
-- 1.3 (a minor version): adds the optional ``fleet.label``; its schema reads 1.0 to 1.3.
+- 1.4 (a minor version): adds the optional ``fleet.label``; its schema reads 1.0 to 1.4.
 - 2.0 (a major version): renames ``scheduler.prefill.max_chunk_tokens`` to ``chunk_tokens`` and
   raises the ceiling of ``scheduler.max_num_seqs`` from 2^20 to 2^24.
 
@@ -29,7 +29,7 @@ from servesim.migrations import CHAIN as REFERENCE_CHAIN
 from servesim.migrations import Migration, MigrationChain, relabel
 
 HERE = Path(__file__).parent
-SCENARIO_1_3 = HERE / "scenario-1.3.schema.json"
+SCENARIO_1_4 = HERE / "scenario-1.4.schema.json"
 SCENARIO_2_0 = HERE / "scenario-2.0.schema.json"
 
 
@@ -39,7 +39,7 @@ def load(path: Path) -> Any:
 
 
 def rename_chunk_tokens(document: Mapping[str, Any]) -> dict[str, Any]:
-    """Scenario 1.3 -> 2.0: ``scheduler.prefill.max_chunk_tokens`` is now ``chunk_tokens``."""
+    """Scenario 1.4 -> 2.0: ``scheduler.prefill.max_chunk_tokens`` is now ``chunk_tokens``."""
     upgraded = dict(document)
     scheduler = dict(upgraded["scheduler"])
     prefill = dict(scheduler["prefill"])
@@ -57,11 +57,11 @@ CHAIN = MigrationChain(
     migrations=(
         *REFERENCE_CHAIN.migrations,
         Migration(
-            "scenario", "1.2", "1.3", "relabelled only (1.3 adds the optional fleet.label)", relabel
+            "scenario", "1.3", "1.4", "relabelled only (1.4 adds the optional fleet.label)", relabel
         ),
         Migration(
             "scenario",
-            "1.3",
+            "1.4",
             "2.0",
             "renames scheduler.prefill.max_chunk_tokens to chunk_tokens",
             rename_chunk_tokens,

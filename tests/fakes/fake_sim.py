@@ -56,13 +56,15 @@ def _reference_report(arguments: list[str], *, trace: bool) -> bytes:
 
 
 def as_report_1_0(report: bytes) -> dict[str, Any]:
-    """The reference's report 4.0 written back as 1.0: without what 4.0 (R57), 3.0 (R52) and 2.0
-    (R25, R30) added; the fakes run no cache and route by round robin or random, so 4.0's and
-    3.0's members hold their values without them (R53, R57)."""
+    """The reference's report 5.0 written back as 1.0: without what 5.0 (R64), 4.0 (R57), 3.0
+    (R52) and 2.0 (R25, R30) added; the fakes run no cache, no section 13 inputs and route by
+    round robin or random, so the later members hold their values without them (R53, R57,
+    R64)."""
     value: dict[str, Any] = json.loads(report)
     for request in value["requests"]:
         del request["reused_prompt_tokens"], request["preemptions"]
-        del request["cached_blocks_at_routing"]
+        del request["cached_blocks_at_routing"], request["session"]
+    del value["summary"]["cut_off"], value["summary"]["tpot_us"]
     del value["summary"]["rejected_by_reason"]["exceeds_kv_cache"], value["summary"]["kv_cache"]
     for worker in value["workers"]:
         del worker["kv_cache"]
@@ -98,6 +100,12 @@ def describe(mode: str) -> dict[str, Any]:
         described["protocol_version"] = 1
     if mode == "scenario-1.2-report-3.0":  # another combination R38 forbids (R57)
         described["schema_versions"]["report"] = ["3.0"]
+    if mode == "scenario-1.3-report-4.0":  # R38 forbids it too (R64); workload 1.2 not read
+        described["schema_versions"]["report"] = ["4.0"]
+        described["schema_versions"]["workload"] = ["1.0", "1.1"]
+    if mode == "workload-1.2-report-4.0":  # likewise; scenario 1.3 not read
+        described["schema_versions"]["report"] = ["4.0"]
+        described["schema_versions"]["scenario"] = ["1.0", "1.1", "1.2"]
     if mode == "protocol-3":
         described["protocol_version"] = 3
     if mode == "unknown-feature":  # a misspelt tag
@@ -211,7 +219,7 @@ def main() -> int:
         output.write_bytes(canonical_json(as_report_1_0(report)))
     elif mode == "non-canonical-1.0":
         output.write_text(json.dumps(as_report_1_0(report), indent=2) + "\n")
-    elif mode == "undeclared-report-version":  # declares 1.0, writes the reference's 4.0
+    elif mode == "undeclared-report-version":  # declares 1.0, writes the reference's 5.0
         output.write_bytes(report)
     else:
         print(f"unknown mode {mode}", file=sys.stderr)
