@@ -228,6 +228,11 @@ def test_figures_taken_while_writing_are_those_read_back(hand_report: Path) -> N
     [
         b'{"a": [1, -2, 3.25, 1e-7, 17074.015748031496], "b": "\\u00e9", "a": null}',
         b'{"big": 123456789012345678901234, "neg": -9999999999999999999}',
+        b'{"s": "0000000000000000000000000", "f": 0.0000000000000000000012, "n": 1}',
+        b'{"s": "a:1234567890123456789012", "n": [1,2,3]}',
+        b"[1234567890123456789012]",
+        b"1234567890123456789012",
+        b"[1e0000000000000000000001, 1E-0000000000000000000001]",
         b'{"nan": NaN}',
         b'{"inf": 1e400}',
         b'{"s": "\\ud800"}',
@@ -245,6 +250,22 @@ def test_a_report_is_parsed_as_the_standard_parser_parses_it(text: bytes) -> Non
     parsed = figures_module._parsed(text)
     assert parsed == expected
     assert json.dumps(parsed) == json.dumps(expected)  # the same types (int stays int)
+
+
+@pytest.mark.parametrize(
+    ("text", "long"),
+    [
+        (b'{"sha256": "' + b"0" * 64 + b'", "n": 12345678901234567}', False),
+        (b'{"f": 0.1234567890123456789012}', False),
+        (b'{"n": 1234567890123456789}', True),
+        (b'{"n": [-1234567890123456789]}', True),
+        (b"1234567890123456789", True),
+        (b"[1e0000000000000000001]", True),
+        (b'{"s": "a:1234567890123456789"}', True),  # inside a string, but it cannot tell
+    ],
+)
+def test_long_integers_are_told_from_long_digit_runs_in_strings(text: bytes, long: bool) -> None:
+    assert figures_module._may_hold_a_long_integer(text) is long
 
 
 def test_replay_summary_does_not_import_jsonschema(tmp_path: Path) -> None:

@@ -42,7 +42,6 @@ from servesim.admission import REJECT_REASONS
 from servesim.canonical import canonical_json
 from servesim.documents import (
     check_header,
-    has_long_digit_run,
     parse_json,
     plain_numbers,
     pointer,
@@ -227,6 +226,25 @@ def read_figures(path: str | Path) -> ReportFigures:
 #: Digits in a row beyond which an integer literal might not fit in 64 bits (2**63 has 19),
 #: where orjson would read it as a float and the standard parser as an integer.
 _ORJSON_DIGITS = 18
+#: What may come right before the first digit of an integer literal (or of an exponent): the
+#: start of a value, after ``:``, ``[``, ``,`` or whitespace, or a sign, or ``e``.
+_BEFORE_DIGITS = frozenset(b"-+:[,eE \t\r\n")
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _may_hold_a_long_integer(data: bytes) -> bool:
+    """Whether ``data`` may hold an integer literal of more than ``_ORJSON_DIGITS`` digits: a
+    run of that many digits, unless the byte before the run shows that it is no number's start
+    (a quote or a letter: a string, such as a calibration's digest of zeros; a ``.``: a
+    fraction, which orjson reads as exactly as ``json`` does)."""
+    digits = data.translate(_DIGITS_AS_ZERO)
+    run = b"0" * (_ORJSON_DIGITS + 1)
+    start = digits.find(run)
+    while start >= 0:  # each later start inside the same run follows a digit: not a number's
+        if start == 0 or data[start - 1] in _BEFORE_DIGITS:
+            return True
+        start = digits.find(run, start + 1)
+    return False
 
 
 def _parsed(data: bytes) -> Any:
@@ -239,7 +257,7 @@ def _parsed(data: bytes) -> Any:
     orjson refuses (NaN, a lone surrogate, a number beyond binary64, a byte-order mark) is left
     to the standard parser, so the value, or ``None``, is always the one it gives.
     """
-    if not has_long_digit_run(data, _ORJSON_DIGITS):
+    if not _may_hold_a_long_integer(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
