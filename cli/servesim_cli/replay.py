@@ -12,6 +12,7 @@ from servesim.documents import Document
 from servesim.errors import OutOfCoverage, ServesimError
 from servesim.replay import read_inputs, replay_chunks
 from servesim.simulation import ProgressCallback
+from servesim_cli.collector import cyclic_collection_paused
 from servesim_cli.command import (
     EXIT_INVALID_INPUT,
     EXIT_OK,
@@ -108,6 +109,12 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             file=sys.stderr,
         )
         return EXIT_INVALID_INPUT
+    with cyclic_collection_paused():
+        return _replay(arguments)
+
+
+def _replay(arguments: argparse.Namespace) -> int:
+    """Read, simulate, write the report and print its summary; the exit code."""
     try:
         documents = read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile)
         _warn_about_coverage(*documents)
