@@ -100,3 +100,35 @@ def test_r35_every_timing_profile_1_0_is_a_timing_profile_1_1(profile: dict[str,
     jsonschema.validate(profile, released)
     schema = json.loads(schema_path("timing_profile", "1.1").read_text(encoding="utf-8"))
     jsonschema.validate({**profile, "schema_version": "1.1"}, schema)
+
+
+def test_r63_r64_report_5_0_takes_rational_tpot_but_integer_itl_and_optional_goodput() -> None:
+    """R63: tpot_us's min, max and percentiles are R24 of exact rationals, so non-integers,
+    while R27's statistics (itl_us) stay integers; slo_met and goodput are there only with slo,
+    and a cut-off request's arrival_us may be null (R62)."""
+    path = REPO / "golden" / "valid" / "running-order-after-completion" / "expected-report.json"
+    report = json.loads(path.read_bytes())
+    validator = jsonschema.Draft202012Validator(
+        json.loads(schema_path("report", "5.0").read_text())
+    )
+    validator.validate(report)
+    assert report["summary"]["tpot_us"]["min"] == 3610 / 3
+    assert "goodput" not in report["summary"]
+    assert all("slo_met" not in request for request in report["requests"])
+    fractional_itl = json.loads(json.dumps(report))
+    fractional_itl["summary"]["itl_us"]["min"] = 3610 / 3
+    assert not validator.is_valid(fractional_itl)
+    with_slo = json.loads(json.dumps(report))
+    with_slo["summary"]["goodput"] = {
+        "requests": 1,
+        "output_tokens": 3,
+        "request_throughput_per_s": 0.5,
+        "output_token_throughput_per_s": None,
+    }
+    for request in with_slo["requests"]:
+        request["slo_met"] = False
+    cut = with_slo["requests"][3]
+    cut.update(outcome="cut_off", arrival_us=None, worker=None, session="chat")
+    validator.validate(with_slo)
+    with_slo["requests"][0]["outcome"] = "timed_out"
+    assert not validator.is_valid(with_slo)

@@ -91,7 +91,7 @@ def test_the_table_shows_the_figures_rounded_to_the_microsecond(
 ) -> None:
     assert main(["summary", str(hand_report)]) == 0
     table = capsys.readouterr().out
-    assert f"report       {hand_report} (report 4.0)" in table
+    assert f"report       {hand_report} (report 5.0)" in table
     assert "requests     3: 3 completed, 0 rejected" in table
     assert "throughput   634.25 requests/s, 1,479.92 output tokens/s" in table
     assert "makespan     0.004730 s" in table

@@ -1,4 +1,4 @@
-"""The report: every field's derivation (SPEC.md section 7, R24 to R31).
+"""The report: every field's derivation (SPEC.md section 7, R24 to R31; R52, R57, R62 to R64).
 
 The report is a pure function of the input bytes: no wall clock, no host name, no version of
 the program that wrote it, so that two conforming implementations write the same bytes.
@@ -19,7 +19,7 @@ from servesim.canonical import canonical_bytes, encoded_array
 from servesim.kv_cache import KvCacheCounters
 from servesim.model import Slo
 from servesim.simulation import SimulationResult
-from servesim.tpot import tpot_sample, tpot_statistics
+from servesim.tpot import tpot_statistics
 from servesim.worker import RequestState, Step, Worker
 
 #: R27: the percentiles every latency statistic reports.
@@ -142,20 +142,25 @@ def _request_entry(state: RequestState, session: bytes, slo: Slo | None) -> byte
     request = state.request
     tokens = state.token_times_us
     arrival = state.arrival_us
+    first_token = tokens.first if tokens else None
     queue_us = ttft_us = e2e_us = mean_itl_us = completion_us = None
     if state.reject_reason is not None:
         outcome = b'"rejected"'
-    elif state.cut_off:  # R62: the latencies whose times exist, none that needs a completion
-        outcome = b'"cut_off"'
-        if arrival is not None and state.first_scheduled_us is not None:
-            queue_us = state.first_scheduled_us - arrival
-        if arrival is not None and tokens:
-            ttft_us = tokens.first - arrival
     else:
-        outcome = b'"completed"'
-        queue_us, ttft_us, e2e_us = _latencies(state)
-        mean_itl_us = ratio(tokens.last - tokens.first, len(tokens) - 1)
-        completion_us = state.terminal_us
+        if arrival is not None:  # R62: a request cut off before it arrived has no latency
+            if state.first_scheduled_us is not None:
+                queue_us = state.first_scheduled_us - arrival
+            if first_token is not None:
+                ttft_us = first_token - arrival
+        if state.cut_off:  # R62: the latencies whose times exist, none that needs a completion
+            outcome = b'"cut_off"'
+        else:
+            assert arrival is not None, "R9: a completed request arrived"
+            assert first_token is not None, "R20: a completed request produced a token"
+            outcome = b'"completed"'
+            completion_us = tokens.last
+            e2e_us = completion_us - arrival
+            mean_itl_us = ratio(completion_us - first_token, len(tokens) - 1)
     assert state.terminal_us is not None, "R9: every request ends before the report is built"
     return _REQUEST_ENTRY % (
         _json(arrival),
@@ -163,7 +168,7 @@ def _request_entry(state: RequestState, session: bytes, slo: Slo | None) -> byte
         _json(completion_us),
         _json(e2e_us),
         _json(state.first_scheduled_us),
-        _json(tokens.first if tokens else None),  # first_token_us
+        _json(first_token),
         _json(request.id),
         _json(mean_itl_us),
         outcome,
@@ -201,7 +206,7 @@ def _summary(
     states: list[RequestState], workers: list[Worker], makespan_us: int, slo: Slo | None
 ) -> dict[str, Any]:
     """R28, R63, R64: fleet-wide counts, throughput and latency statistics."""
-    completed = [state for state in states if _completed(state)]
+    completed = [state for state in states if state.reject_reason is None and not state.cut_off]
     by_reason = dict.fromkeys(REJECT_REASONS, 0)
     cut_off = 0
     for state in states:
@@ -231,11 +236,11 @@ def _summary(
         "queue_us": statistics([queue for queue, _, _ in latencies]),
         "ttft_us": statistics([ttft for _, ttft, _ in latencies]),
         "itl_us": statistics_of_counts(gaps),
-        "tpot_us": tpot_statistics(  # R63: shared with the report 4.0 -> 5.0 migration
-            tpot_sample(
-                state.token_times_us.first, state.token_times_us.last, len(state.token_times_us)
-            )
-            for state in completed
+        # R63, shared with the report 4.0 -> 5.0 migration: (completion - first token) / gaps,
+        # which is e2e - ttft over output_tokens - 1
+        "tpot_us": tpot_statistics(
+            (e2e - ttft, len(state.token_times_us) - 1)
+            for state, (_, ttft, e2e) in zip(completed, latencies, strict=True)
             if len(state.token_times_us) > 1
         ),
         "e2e_us": statistics([e2e for _, _, e2e in latencies]),

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
 from servesim.admission import rejection_reason
+from servesim.arrivals import Arrivals, Release
 from servesim.errors import OutOfCoverage, UnrepresentableArrival, UnrepresentableTime
 from servesim.kv_cache import HashPrefixes
 from servesim.model import Scenario, Slo, SyntheticLinearTiming, TimingProfile, Workload
@@ -38,6 +39,9 @@ MAX_TIME_US = (1 << 53) - 1
 STEP_COMPLETION: Literal[0] = 0
 ARRIVAL: Literal[1] = 1
 SCHEDULING: Literal[2] = 2
+
+#: R62: the subject (and order) of the stop time's event, an arrival of no request.
+STOP = -1
 
 
 @dataclass(frozen=True)
@@ -69,42 +73,6 @@ def step_duration(step: Step, timing: TimingProfile) -> int:
             calibration=timing.calibration,
         )
     return model.step_duration_us(shape)
-
-
-def arrival_order(workload: Workload, positions: Iterable[int] | None = None) -> list[int]:
-    """R8: workload positions (all, or ``positions``) sorted by arrival time, equal times in
-    document order."""
-    requests = workload.requests
-    chosen = range(len(requests)) if positions is None else positions
-    return sorted(chosen, key=lambda position: requests[position].arrival_us)
-
-
-def next_turns(workload: Workload) -> list[int]:
-    """R59: for each workload position, the position of the next turn of its session; -1 for
-    a session's last turn and for a request without a session."""
-    following = [-1] * len(workload.requests)
-    last_turn: dict[int, int] = {}
-    for position, request in enumerate(workload.requests):
-        if request.session is not None:
-            previous = last_turn.get(request.session)
-            if previous is not None:
-                following[previous] = position
-            last_turn[request.session] = position
-    return following
-
-
-def unit_starts(workload: Workload) -> list[int]:
-    """R61: the workload positions of the units' first requests (each session's turn 0 and
-    every request without a session), in position order, the order units are released in."""
-    seen: set[int] = set()
-    starts = []
-    for position, request in enumerate(workload.requests):
-        if request.session is None:
-            starts.append(position)
-        elif request.session not in seen:
-            seen.add(request.session)
-            starts.append(position)
-    return starts
 
 
 class FleetView:
@@ -201,16 +169,10 @@ def simulate(
     requests = workload.requests
     steps: list[Step] | None = [] if record_trace else None
     stop_us = scenario.stop_at_us
-    closed_loop = scenario.closed_loop
-    #: R62: an event is processed while its key is below (horizon, arrival); without a stop
-    #: time nothing reaches it, since every time stays within 2**53 - 1 (R6)
+    #: R62: arrivals are released only before it; without a stop time no time passes it (R6)
     horizon = MAX_TIME_US + 1 if stop_us is None else stop_us
-    #: R59: each request's next turn (-1 for none); empty without sessions
-    following = next_turns(workload) if workload.sessions else []
-    #: R61: the units' first requests, released in this order; empty in an open loop
-    units = unit_starts(workload) if closed_loop is not None else []
-    released_units = 0
-    releases = bool(following or units)  # whether a terminal state may release an arrival
+    arrivals = Arrivals(workload, scenario.closed_loop)  # R59 to R61
+    releases = arrivals.any_released
 
     queue: list[tuple[int, int, int, int]] = []  # (time_us, priority, order, subject)
     sequence = itertools.count()
@@ -224,18 +186,9 @@ def simulate(
         return number
 
     # Arrivals known at the start (R60) enter the queue one at a time, in R8's order: the queue
-    # holds at most one of them, the earliest left, and every released arrival, so that its
-    # order is R60's (time, then workload position) without a heap entry per request.
-    if closed_loop is not None:
-        known: Iterator[int] = iter(())
-    elif following:  # a session's turns k > 0 wait for their release (R59)
-        is_later_turn = [False] * len(states)
-        for position in following:
-            if position >= 0:
-                is_later_turn[position] = True
-        known = iter(arrival_order(workload, (p for p, t in enumerate(is_later_turn) if not t)))
-    else:
-        known = iter(arrival_order(workload))
+    # holds at most one of them, the earliest left, besides every released arrival, so that
+    # their order is R60's (time, then workload position) without a heap entry per request.
+    known = iter(arrivals.known())
     known_pending = -1  # the position of the known arrival in the queue, if any
 
     def push_next_known() -> None:
@@ -244,28 +197,18 @@ def simulate(
         if known_pending >= 0:
             push(requests[known_pending].arrival_us, ARRIVAL, known_pending)
 
-    def release(position: int, time_us: int) -> None:
+    def release(released: Release | None) -> None:
         # R59, R61: an arrival made during the run; at or after the stop time it never happens
-        # (R62), and without one it must be a time a report can hold (R6)
+        # (R62), and without one it must be a time a report can hold (R6), which is found when
+        # it is released, as a step's end is found when the step is formed
+        if released is None:
+            return
+        position, time_us = released
         if time_us >= horizon:
             if stop_us is None:
                 raise UnrepresentableArrival(request=requests[position].id, arrival_us=time_us)
             return
         push(time_us, ARRIVAL, position)
-
-    def ended(state: RequestState, now_us: int) -> None:
-        # R59: a turn's end releases the session's next turn; R61: a unit's end the next unit
-        nonlocal released_units
-        turn = following[state.position] if following else -1
-        if turn >= 0:
-            think_us = now_us + requests[turn].think_time_us
-            if closed_loop is None:
-                release(turn, max(requests[turn].arrival_us, think_us))
-            else:  # R61: a released unit's turns do not read their recorded times
-                release(turn, think_us)
-        elif released_units < len(units):
-            release(units[released_units], now_us)
-            released_units += 1
 
     def request_scheduling(worker: Worker, now_us: int) -> None:
         # R16: an idle worker with work schedules at the current instant, once.
@@ -278,16 +221,16 @@ def simulate(
     #: what a router sees (R54); its request is set at each arrival
     fleet_view = FleetView(workers, first_blocks)
     arrived = 0
-    if closed_loop is not None:  # R61: the first N units, at the earliest recorded time
-        first_us = min(request.arrival_us for request in requests)
-        while released_units < min(closed_loop.max_in_flight, len(units)):
-            release(units[released_units], first_us)
-            released_units += 1
+    for opened in arrivals.opening():  # R61: a closed loop's first units
+        release(opened)
     push_next_known()
+    if stop_us is not None:
+        # R62: the stop time is an event of its own, after the completions at it and before
+        # anything else at it (no arrival has a negative position), so that the loop stops
+        # there without comparing every event's time with it
+        heapq.heappush(queue, (stop_us, ARRIVAL, STOP, STOP))
     while queue:
         now_us, priority, number, subject = heapq.heappop(queue)
-        if now_us >= horizon and (now_us > horizon or priority != STEP_COMPLETION):
-            break  # R62: nothing at or after the stop time happens but completions at it
         if priority == STEP_COMPLETION:
             worker = workers[subject]
             if number != worker.completion_sequence:
@@ -300,9 +243,11 @@ def simulate(
                 router.counters_changed(fleet_view, worker.index)  # R54: what a router sees
                 if releases:
                     for state in finished:
-                        ended(state, now_us)
+                        release(arrivals.released_by(state.position, now_us))
             request_scheduling(worker, now_us)
         elif priority == ARRIVAL:
+            if subject == STOP:
+                break  # R62: nothing at or after the stop time happens but completions at it
             state = states[subject]
             state.arrival_us = now_us
             reason = rejection_reason(state.request, limits, kv_cache)
@@ -310,7 +255,7 @@ def simulate(
                 state.reject_reason = reason
                 state.terminal_us = now_us
                 if releases:
-                    ended(state, now_us)
+                    release(arrivals.released_by(subject, now_us))
             else:
                 fleet_view.request = state
                 worker = workers[router.route(fleet_view)]

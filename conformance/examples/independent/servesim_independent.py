@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11 and 12 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11, 12 and 13 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
-profile, the schema versions it reads, section 11's members with R4's checks of them, and
-section 12's routing members), so the suite's invalid tier finds that. With --report-version
-4.0 it reads scenarios 1.0 to 1.2 (1.2: the state-aware routing of section 12), workloads 1.0
-and 1.1 (1.1 and scenario 1.1: the KV cache, prefix caching and preemption of section 11) and
-timing profiles 1.0 and 1.1 (the synthetic_linear, grid and regression models), and writes
-report 4.0. Without the flag it writes report 3.0 and reads scenarios up to 1.1; with
---report-version 2.0 it writes report 2.0 and reads 1.0 scenarios and workloads only. It speaks
-conformance protocol 2 (exit 3 when a step's shape is outside the profile's coverage, R43). See
-README.md, QUESTIONS-kv.md and QUESTIONS-routing.md beside it.
+profile, the schema versions it reads, section 11's members with R4's checks of them,
+section 12's routing members and section 13's members with R4's checks of them), so the
+suite's invalid tier finds that. With --report-version 5.0 it reads scenarios 1.0 to 1.3 (1.3:
+the closed loop, the stop time and the objectives of section 13; 1.2: the state-aware routing
+of section 12), workloads 1.0 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV
+cache, prefix caching and preemption of section 11) and timing profiles 1.0 and 1.1 (the
+synthetic_linear, grid and regression models), and writes report 5.0. With --report-version
+4.0 it writes report 4.0 and reads scenarios up to 1.2 and workloads up to 1.1; without the
+flag it writes report 3.0 and reads scenarios and workloads up to 1.1; with --report-version
+2.0 it writes report 2.0 and reads 1.0 scenarios and workloads only (R2, R38: a scenario 1.3
+or a workload 1.2 is refused, exit 2, unless report 5.0 is asked for). It speaks conformance
+protocol 2 (exit 3 when a step's shape is outside the profile's coverage, R43). See README.md,
+QUESTIONS-kv.md, QUESTIONS-routing.md and QUESTIONS-sessions.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
+from fractions import Fraction
 import rfc8785
 
 MAX_T = 2**53 - 1
@@ -62,7 +67,12 @@ class Req:
     def __init__(self, idx, d):
         self.idx = idx
         self.id = d["id"]
-        self.arrival = d["arrival_us"]
+        self.recorded = d["arrival_us"]  # the workload's arrival_us
+        self.arrival = None  # when it actually arrived (R26, R60); None until it does
+        self.session = d.get("session")  # R59
+        self.think = d.get("think_time_us", 0)
+        self.next_turn = None  # the session's next turn (R59)
+        self.unit = None  # the unit it belongs to (R61)
         self.prompt = d["prompt_tokens"]
         self.max_out = d["max_output_tokens"]
         self.hashes = d.get("prefix_hashes", [])
@@ -78,6 +88,7 @@ class Req:
         self.running = False  # in its worker's running list
         self.preemptions = 0
         self.cached_at_routing = None  # R57
+        self.cut = False  # cut off at the stop time (R62)
 
     @property
     def decoding(self):  # Decode state: everything up to the last produced token is computed
@@ -162,6 +173,8 @@ READS = {
     "2.0": {"scenario": ["1.0"], "workload": ["1.0"]},
     "3.0": {"scenario": ["1.0", "1.1"], "workload": ["1.0", "1.1"]},
     "4.0": {"scenario": ["1.0", "1.1", "1.2"], "workload": ["1.0", "1.1"]},
+    # R38: reading scenario 1.3 or workload 1.2 needs report 5.0
+    "5.0": {"scenario": ["1.0", "1.1", "1.2", "1.3"], "workload": ["1.0", "1.1", "1.2"]},
 }
 STATE_AWARE = ("least_loaded", "cache_aware")  # section 12
 WEIGHTS = ("prefill_weight", "load_weight")  # R56
@@ -277,12 +290,19 @@ def check_kv(scn, wl, reads):
     for role, doc in (("scenario", scn), ("workload", wl)):
         v = doc.get("schema_version")
         if v not in reads[role]:
+            newer = [x for x in READS if v in READS[x][role]]
+            hint = (
+                "; it reads %s %s when asked for report %s (--report-version %s, R38)"
+                % (role, v, newer[0], newer[0])
+                if newer
+                else ""
+            )
             probs.append(
                 (
                     role,
                     "/schema_version",
                     "one of the versions this implementation "
-                    "reads, %s (R2); got %s" % (", ".join(reads[role]), json.dumps(v)),
+                    "reads, %s (R2); got %s%s" % (", ".join(reads[role]), json.dumps(v), hint),
                 )
             )
     if probs:
@@ -323,7 +343,7 @@ def check_kv(scn, wl, reads):
     wv = wl["schema_version"]
     H = wl.get("prefix_hash_block_tokens")
     if "prefix_hash_block_tokens" in wl:
-        if wv != "1.1":
+        if wv == "1.0":
             probs.append(
                 (
                     "workload",
@@ -339,7 +359,7 @@ def check_kv(scn, wl, reads):
             continue
         ptr = "/requests/%d/prefix_hashes" % i
         hs = r["prefix_hashes"]
-        if wv != "1.1":
+        if wv == "1.0":
             probs.append(
                 (
                     "workload",
@@ -409,7 +429,7 @@ def check_routing(scn):
                 "(R3); got %s" % json.dumps(policy),
             )
         )
-    elif policy in STATE_AWARE and version != "1.2":
+    elif policy in STATE_AWARE and version in ("1.0", "1.1"):
         probs.append(
             (
                 "scenario",
@@ -469,6 +489,215 @@ def check_routing(scn):
                     'true: routing policy "cache_aware" needs prefix caching (R56)',
                 )
             )
+    return probs
+
+
+def is_id(x):  # R3, R59: 1 to 128 characters from "!" to "~"
+    return isinstance(x, str) and 1 <= len(x) <= 128 and all("!" <= c <= "~" for c in x)
+
+
+def pointer_token(m):  # RFC 6901
+    return m.replace("~", "~0").replace("/", "~1")
+
+
+def check_sessions(scn, wl):
+    """The checks of section 13's members (R3, R4, R59, R61 to R64): a list of (role,
+    pointer, expected). Only what section 13 adds is checked (README.md)."""
+    probs = []
+    sv, wv = scn.get("schema_version"), wl.get("schema_version")
+    # scenario: closed_loop (R61), stop_at_us (R62), slo (R63), each needing 1.3 (R64)
+    for m in ("closed_loop", "stop_at_us", "slo"):
+        if m in scn and sv != "1.3":
+            probs.append(
+                (
+                    "scenario",
+                    "/" + m,
+                    'no %s in a scenario %s: it needs schema_version "1.3" (R64)' % (m, sv),
+                )
+            )
+    if sv == "1.3":
+        if "closed_loop" in scn:
+            cl = scn["closed_loop"]
+            if not isinstance(cl, dict):
+                probs.append(("scenario", "/closed_loop", "an object {max_in_flight} (R61)"))
+            else:
+                if "max_in_flight" not in cl:
+                    probs.append(
+                        ("scenario", "/closed_loop", "the required member max_in_flight (R61)")
+                    )
+                elif not is_int(cl["max_in_flight"], 1, 2**32 - 1):
+                    probs.append(
+                        (
+                            "scenario",
+                            "/closed_loop/max_in_flight",
+                            "an integer 1 to 2^32-1 (R61)",
+                        )
+                    )
+                for m in sorted(cl):
+                    if m != "max_in_flight":
+                        probs.append(
+                            ("scenario", "/closed_loop/" + pointer_token(m), "no such member (R3)")
+                        )
+        if "stop_at_us" in scn and not is_int(scn["stop_at_us"], 1, MAX_T):
+            probs.append(("scenario", "/stop_at_us", "an integer 1 to 2^53-1 (R62)"))
+        if "slo" in scn:
+            slo = scn["slo"]
+            bounds = ("ttft_us", "mean_itl_us", "e2e_us")
+            if not isinstance(slo, dict):
+                probs.append(
+                    ("scenario", "/slo", "an object with ttft_us, mean_itl_us or e2e_us (R63)")
+                )
+            else:
+                if not any(m in slo for m in bounds):
+                    probs.append(
+                        (
+                            "scenario",
+                            "/slo",
+                            "at least one of ttft_us, mean_itl_us and e2e_us (R63)",
+                        )
+                    )
+                for m in sorted(slo):
+                    ptr = "/slo/" + pointer_token(m)
+                    if m not in bounds:
+                        probs.append(("scenario", ptr, "no such member (R3)"))
+                    elif not is_int(slo[m], 0, MAX_T):
+                        probs.append(("scenario", ptr, "an integer 0 to 2^53-1 (R63)"))
+    # workload: sessions, session and think_time_us (R59), needing 1.2 (R64)
+    reqs = wl.get("requests")
+    reqs = reqs if isinstance(reqs, list) else []
+    if wv != "1.2":
+        if "sessions" in wl:
+            probs.append(
+                (
+                    "workload",
+                    "/sessions",
+                    'no sessions in a workload %s: it needs schema_version "1.2" (R64)' % wv,
+                )
+            )
+        for i, r in enumerate(reqs):
+            for m in ("session", "think_time_us"):
+                if isinstance(r, dict) and m in r:
+                    probs.append(
+                        (
+                            "workload",
+                            "/requests/%d/%s" % (i, m),
+                            'no %s in a workload %s: it needs schema_version "1.2" (R64)'
+                            % (m, wv),
+                        )
+                    )
+    else:
+        ids = {}  # session id -> its position in sessions
+        if "sessions" in wl:
+            ss = wl["sessions"]
+            if not isinstance(ss, list) or not ss:
+                probs.append(("workload", "/sessions", "a list of at least one {id} (R59)"))
+                ss = []
+            for j, x in enumerate(ss):
+                if not isinstance(x, dict) or "id" not in x:
+                    probs.append(("workload", "/sessions/%d" % j, "an object {id} (R59)"))
+                    continue
+                for m in sorted(x):
+                    if m != "id":
+                        probs.append(
+                            (
+                                "workload",
+                                "/sessions/%d/%s" % (j, pointer_token(m)),
+                                "no such member (R3)",
+                            )
+                        )
+                if not is_id(x["id"]):
+                    probs.append(
+                        (
+                            "workload",
+                            "/sessions/%d/id" % j,
+                            'an id of 1 to 128 characters from "!" to "~" (R59)',
+                        )
+                    )
+                elif x["id"] in ids:
+                    probs.append(
+                        (
+                            "workload",
+                            "/sessions/%d/id" % j,
+                            "a session id not used before; %s is also /sessions/%d (R4, R59)"
+                            % (json.dumps(x["id"]), ids[x["id"]]),
+                        )
+                    )
+                else:
+                    ids[x["id"]] = j
+        turns = {}  # session id -> positions of its turns, in workload order
+        for i, r in enumerate(reqs):
+            if not isinstance(r, dict):
+                continue
+            if "session" in r:
+                sid = r["session"]
+                if not is_id(sid):
+                    probs.append(
+                        (
+                            "workload",
+                            "/requests/%d/session" % i,
+                            'a session id of 1 to 128 characters from "!" to "~" (R59)',
+                        )
+                    )
+                elif sid not in ids:
+                    probs.append(
+                        (
+                            "workload",
+                            "/requests/%d/session" % i,
+                            "the id of a session in the workload's sessions; %s is not one "
+                            "(R4, R59)" % json.dumps(sid),
+                        )
+                    )
+                else:
+                    turns.setdefault(sid, []).append(i)
+            if "think_time_us" in r:
+                ptr = "/requests/%d/think_time_us" % i
+                if not is_int(r["think_time_us"], 0, MAX_T):
+                    probs.append(("workload", ptr, "an integer 0 to 2^53-1 (R59)"))
+                if "session" not in r:
+                    probs.append(("workload", ptr, "think_time_us only with session (R4, R59)"))
+                elif r["session"] in turns and turns[r["session"]] == [i]:
+                    probs.append(
+                        (
+                            "workload",
+                            ptr,
+                            "no think_time_us on a session's turn 0 (R4, R59)",
+                        )
+                    )
+        for sid, j in ids.items():
+            if sid not in turns:
+                probs.append(
+                    (
+                        "workload",
+                        "/sessions/%d" % j,
+                        "a session with at least one turn; no request names %s (R4, R59)"
+                        % json.dumps(sid),
+                    )
+                )
+        for sid, positions in turns.items():
+            for prev, cur in zip(positions, positions[1:]):
+                a, b = reqs[prev].get("arrival_us"), reqs[cur].get("arrival_us")
+                if type(a) is int and type(b) is int and b < a:
+                    probs.append(
+                        (
+                            "workload",
+                            "/requests/%d/arrival_us" % cur,
+                            "an arrival_us at least the previous turn's (/requests/%d), %d; "
+                            "got %d (R4, R59)" % (prev, a, b),
+                        )
+                    )
+    # scenario and workload together: R62's stop time after the first arrival (R4)
+    stop = scn.get("stop_at_us")
+    arrivals = [r.get("arrival_us") for r in reqs if isinstance(r, dict)]
+    arrivals = [a for a in arrivals if type(a) is int]
+    if sv == "1.3" and is_int(stop, 1, MAX_T) and arrivals and stop <= min(arrivals):
+        probs.append(
+            (
+                "scenario",
+                "/stop_at_us",
+                "a stop time greater than the workload's smallest arrival_us, %d; got %d "
+                "(R4, R62)" % (min(arrivals), stop),
+            )
+        )
     return probs
 
 
@@ -579,19 +808,74 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
     H = wl.get("prefix_hash_block_tokens")
     k = H // B if (kv and H) else None  # engine blocks per hashed block (R47)
 
+    closed = scn.get("closed_loop")  # R61
+    stop = scn.get("stop_at_us")  # R62
     reqs = [Req(i, d) for i, d in enumerate(wl["requests"])]
     workers = [Worker(i, kv) for i in range(N)]
     heap = []
     seq = [0]
 
     def push(t, prio, payload):
-        # R7: scheduling events at one instant go by worker index; the rest by creation order
-        order = payload.i if prio == 2 else seq[0]
+        # R7: a completion's order is its creation order, an arrival's its request's workload
+        # position (R60), a scheduling event's its worker's index
+        order = payload.i if prio == 2 else payload.idx if prio == 1 else seq[0]
         heapq.heappush(heap, (t, prio, order, payload))
         seq[0] += 1
 
-    for r in sorted(reqs, key=lambda r: r.arrival):  # stable (R8)
-        push(r.arrival, 1, r)
+    # R59, R61: the units, in order of position: each session (its turns in workload order) and
+    # each request without a session
+    units = []
+    by_session = {}
+    for r in reqs:
+        if r.session is None:
+            units.append([r])
+        elif r.session in by_session:
+            prev = by_session[r.session][-1]
+            prev.next_turn = r
+            by_session[r.session].append(r)
+        else:
+            by_session[r.session] = [r]
+            units.append(by_session[r.session])
+    for u in units:
+        for r in u:
+            r.unit = u
+    next_unit = [0]  # the next unit not yet released (closed loop)
+
+    def arrive_at(r, t):
+        """Create r's arrival event at t (R60); beyond 2^53-1 us it cannot be simulated (R6)
+        unless the stop time comes first, and then it is simply never processed (R59)."""
+        if t > MAX_T:
+            if stop is not None:
+                return
+            raise InvalidInput(
+                "request %s would arrive at %s us, after 2^53-1 us (R6, R59)" % (r.id, t)
+            )
+        push(t, 1, r)
+
+    def release_unit(t):  # R61: the next unit's first request arrives at the release
+        if next_unit[0] < len(units):
+            arrive_at(units[next_unit[0]][0], t)
+            next_unit[0] += 1
+
+    if closed is None:
+        for u in units:  # every first request arrives at its recorded time (R59)
+            arrive_at(u[0], u[0].recorded)
+    else:
+        t0 = min(r.recorded for r in reqs)  # R61
+        for _ in range(closed["max_in_flight"]):
+            release_unit(t0)
+
+    def terminal(r, t):
+        """r reached its terminal state at t (completed or rejected): release what follows it,
+        its session's next turn (R59) or, under a closed loop, the next unit (R61)."""
+        nxt = r.next_turn
+        if nxt is not None:
+            if closed is None:
+                arrive_at(nxt, max(nxt.recorded, t + nxt.think))
+            else:
+                arrive_at(nxt, t + nxt.think)
+        elif closed is not None:
+            release_unit(t)
 
     routed_count = [0]
     trace = []
@@ -768,10 +1052,8 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             raise InvalidInput("a step would end after 2^53-1 us")
         w.busy = True
         w.steps += 1
-        w.busy_us += dur
-        w.prefill_tokens += P
-        w.decode_tokens += D
-        w.inflight = (decode, allot)
+        w.busy_us += dur  # a step cut by the stop time gives back what lies after it (R62)
+        w.inflight = (decode, allot, now, end)
         if trace_on:
             entry = {
                 "worker": w.i,
@@ -783,15 +1065,18 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                 "batched_tokens": D + P,
                 "shape": {"decode_requests": D, "context_tokens": C, "prefill_tokens": P},
             }
-            if report_version in ("3.0", "4.0"):
+            if report_version in ("3.0", "4.0", "5.0"):
                 entry["kv_blocks_in_use"] = in_use
                 entry["preempted"] = preempted
             trace.append(entry)
         push(end, 0, w)
 
     def complete_step(w, now):
-        decode, allot = w.inflight
+        decode, allot, _, _ = w.inflight
         w.inflight = None
+        # R29, R62: a step's tokens count when it ends (a cut step never does)
+        w.decode_tokens += len(decode)
+        w.prefill_tokens += sum(a for _, a, _ in allot)
         for r in decode:
             r.tokens.append(now)
             w.output_tokens += 1
@@ -834,13 +1119,18 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             c.check()
         w.busy = False
         maybe_schedule(w, now)
+        for r in done:  # R59, R61: what a completion releases arrives as an event of now
+            terminal(r, now)
 
     while heap:
         t, prio, _, payload = heapq.heappop(heap)
+        if stop is not None and (t > stop or (t == stop and prio != 0)):
+            continue  # R62: completions at or before the stop time only, nothing else at it
         if prio == 0:
             complete_step(payload, t)
         elif prio == 1:
             r = payload
+            r.arrival = t  # R26, R60: when it actually arrived
             if r.prompt == 0:
                 r.reason = REASONS[0]
             elif r.max_out == 0:
@@ -853,6 +1143,7 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                 r.reason = REASONS[4]
             if r.reason is not None:
                 r.done_t = r.arrival
+                terminal(r, t)  # R61: it ends at once, and its successor is released now
                 continue
             wi = route(r)
             routed_count[0] += 1
@@ -870,18 +1161,89 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
             w.sched_pending = False
             form_step(w, t)
 
-    return build_report(reqs, workers, trace if trace_on else None, kv, report_version)
+    if stop is not None:  # R62: nothing is left to process; cut off what has not ended
+        for w in workers:
+            if w.inflight is not None:  # a cut step: its busy time counts up to the stop time
+                _, _, start, end = w.inflight
+                assert start < stop < end
+                w.busy_us -= end - stop
+        for r in reqs:
+            if r.reason is None and r.done_t is None:
+                r.cut = True
+                r.done_t = stop
+    return build_report(
+        reqs, workers, trace if trace_on else None, kv, report_version, scn.get("slo")
+    )
 
 
-def build_report(reqs, workers, trace, kv, report_version):
-    v3 = report_version in ("3.0", "4.0")  # R52's members
-    v4 = report_version == "4.0"  # R57's member
-    first_arrival = min(r.arrival for r in reqs)
+def meets(r, slo):
+    """R63: completed, and each given bound holds inclusively (the mean ITL in integers)."""
+    if r.reason is not None or r.cut:
+        return False
+    ft, ct, n = r.tokens[0], r.tokens[-1], len(r.tokens)
+    if "ttft_us" in slo and ft - r.arrival > slo["ttft_us"]:
+        return False
+    if "e2e_us" in slo and ct - r.arrival > slo["e2e_us"]:
+        return False
+    if "mean_itl_us" in slo and ct - ft > slo["mean_itl_us"] * (n - 1):
+        return False
+    return True
+
+
+def tpot_stats(completed):
+    """R63: R27 over the exact per-request means, each chosen sample and the exact mean rounded
+    once (R24)."""
+    samples = sorted(
+        Fraction(r.tokens[-1] - r.tokens[0], len(r.tokens) - 1)
+        for r in completed
+        if len(r.tokens) >= 2
+    )
+    n = len(samples)
+    if n == 0:
+        return stats([])
+    out = {
+        "count": n,
+        "min": float(samples[0]),  # Fraction -> float is correctly rounded (R24)
+        "max": float(samples[-1]),
+        "mean": float(sum(samples, Fraction(0)) / n),
+    }
+    for p in (50, 90, 95, 99):
+        r = max(1, -(-(p * n) // 100))
+        out["p%d" % p] = float(samples[r - 1])
+    return out
+
+
+def build_report(reqs, workers, trace, kv, report_version, slo=None):
+    v3 = report_version in ("3.0", "4.0", "5.0")  # R52's members
+    v4 = report_version in ("4.0", "5.0")  # R57's member
+    v5 = report_version == "5.0"  # R64's members
+    # R64: the earliest arrival of a request that arrived; the latest terminal time of all
+    first_arrival = min(r.arrival for r in reqs if r.arrival is not None)
     makespan = max(r.done_t for r in reqs) - first_arrival
     req_out = []
-    completed = [r for r in reqs if r.reason is None]
+    completed = [r for r in reqs if r.reason is None and not r.cut]
     for r in reqs:
-        if r.reason is not None:
+        if r.cut:  # R62: what it did before the stop time, and no completion
+            ft = r.tokens[0] if r.tokens else None
+            e = {
+                "id": r.id,
+                "worker": r.worker,
+                "outcome": "cut_off",
+                "reject_reason": None,
+                "prompt_tokens": r.prompt,
+                "output_tokens": len(r.tokens),
+                "arrival_us": r.arrival,
+                "terminal_us": r.done_t,
+                "first_scheduled_us": r.first_sched,
+                "first_token_us": ft,
+                "completion_us": None,
+                "queue_us": None if r.first_sched is None else r.first_sched - r.arrival,
+                "ttft_us": None if ft is None else ft - r.arrival,
+                "mean_itl_us": None,
+                "e2e_us": None,
+                "token_times_us": list(r.tokens),
+            }
+        elif r.reason is not None:
             e = {
                 "id": r.id,
                 "worker": None,
@@ -926,6 +1288,10 @@ def build_report(reqs, workers, trace, kv, report_version):
             e["preemptions"] = r.preemptions
         if v4:  # R57: null when rejected, for other policies and without prefix caching
             e["cached_blocks_at_routing"] = r.cached_at_routing
+        if v5:  # R64
+            e["session"] = r.session
+            if slo is not None:
+                e["slo_met"] = meets(r, slo)
         req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
     prompt_tokens = sum(r.prompt for r in completed)
@@ -950,6 +1316,18 @@ def build_report(reqs, workers, trace, kv, report_version):
         "e2e_us": stats([r.tokens[-1] - r.arrival for r in completed]),
         "itl_us": stats(gaps),
     }
+    if v5:  # R63, R64
+        summary["cut_off"] = sum(1 for r in reqs if r.cut)
+        summary["tpot_us"] = tpot_stats(completed)
+        if slo is not None:
+            good = [r for r in completed if meets(r, slo)]
+            good_tokens = sum(len(r.tokens) for r in good)
+            summary["goodput"] = {
+                "requests": len(good),
+                "output_tokens": good_tokens,
+                "request_throughput_per_s": q(len(good) * 1000000, makespan),
+                "output_token_throughput_per_s": q(good_tokens * 1000000, makespan),
+            }
     if v3:
         if kv is None:
             summary["kv_cache"] = None
@@ -1008,8 +1386,8 @@ def main(argv=None):
         "--report-version",
         choices=sorted(READS),
         default="3.0",
-        help="report 4.0 (R31; reads scenario 1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (the "
-        "default, for a harness that has no released report 4.0 yet; reads scenario and "
+        help="report 5.0 (R31; reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads "
+        "scenario 1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (the default; reads scenario and "
         "workload 1.0 and 1.1) or 2.0 (reads them at 1.0 only, R2, R38)",
     )
     a = ap.parse_args(argv)
@@ -1019,7 +1397,7 @@ def main(argv=None):
             json.dumps(
                 {
                     "name": "servesim-independent",
-                    "version": "0.4.0",
+                    "version": "0.5.0",
                     "protocol_version": 2,
                     "schema_versions": {
                         "scenario": reads["scenario"],
@@ -1058,6 +1436,7 @@ def main(argv=None):
     problems = check_kv(docs["scenario"], docs["workload"], reads)
     if not any(pointer == "/schema_version" for _, pointer, _ in problems):
         problems += check_routing(docs["scenario"])
+        problems += check_sessions(docs["scenario"], docs["workload"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
