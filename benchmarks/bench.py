@@ -33,9 +33,13 @@ from typing import Any
 
 from servesim.documents import build_timing_profile
 from servesim.model import StepShape
+from servesim.schemas import WRITTEN_REPORT_VERSIONS
 
 REPO = Path(__file__).resolve().parents[1]
 PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"
+#: The plain loop writes the report version it is asked for (an older one by default): the
+#: one the reference writes, so that the two reports can be compared byte for byte.
+PLAIN_LOOP_REPORT = ("--report-version", WRITTEN_REPORT_VERSIONS[-1])
 
 
 def trace_sources(traces: Path) -> dict[str, Path]:
@@ -214,7 +218,7 @@ def child(arguments: argparse.Namespace) -> None:
     else:
         namespace: dict[str, Any] = {"__name__": "plain_loop"}
         exec(compile(PLAIN_LOOP.read_text(), str(PLAIN_LOOP), "exec"), namespace)
-        namespace["main"](argv)
+        namespace["main"]([*argv, *PLAIN_LOOP_REPORT])
     wall = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)  # before reading the report
     peak_kib = usage.ru_maxrss
@@ -672,7 +676,9 @@ def main() -> int:
         routing_section(folder, limit)
         sessions_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
-        vidur_section(folder, short=arguments.short, plain_loop=PLAIN_LOOP)
+        vidur_section(
+            folder, short=arguments.short, plain_loop=[str(PLAIN_LOOP), *PLAIN_LOOP_REPORT]
+        )
         print("\n== validate and migrate a mooncake report, 16 workers (issue 16) ==")
         report_tools_section(folder, workload, scenario(16), TIMING, short=arguments.short)
         print("\n== workers: 1,024 versus 16 (same trace) ==")

@@ -42,9 +42,10 @@ VIDUR_SECONDS = 35.0
 VIDUR_TARGET_SECONDS = 0.7
 
 
-def vidur_section(folder: Path, *, short: bool, plain_loop: Path) -> None:
+def vidur_section(folder: Path, *, short: bool, plain_loop: list[str]) -> None:
     """``servesim replay`` of a Vidur-like workload (benchmarks/vidur_workload.py), end to end,
-    against Vidur's 35 s; in the full run the plain loop's report is compared byte for byte."""
+    against Vidur's 35 s; in the full run the plain loop's report is compared byte for byte
+    (``plain_loop``: its script and the options that make it write the reference's version)."""
     paths = vidur_workload.write(folder)
     report = folder / "vidur-report.json"
     replay = [
@@ -68,7 +69,7 @@ def vidur_section(folder: Path, *, short: bool, plain_loop: Path) -> None:
         plain = folder / "vidur-report-plain.json"
         started = time.perf_counter()
         subprocess.run(
-            [sys.executable, str(plain_loop), *replay[:-1], str(plain)],
+            [sys.executable, plain_loop[0], *replay[:-1], str(plain), *plain_loop[1:]],
             check=True,
             capture_output=True,
         )

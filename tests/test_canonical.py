@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.canonical import canonical_json
+from servesim.canonical import canonical_float, canonical_json
 
 SAFE_INTEGER = 2**53 - 1
 
@@ -53,3 +54,40 @@ def test_r23_key_order_is_by_utf16_code_units() -> None:
     assert canonical_json(value).index("\U00010000".encode()) < canonical_json(value).index(
         "\ue000".encode()
     )
+
+
+#: Floats at the edges of ``canonical_float``'s fast path (``repr``) and of ECMAScript's notations.
+EDGE_FLOATS = [
+    1e-4,
+    math.nextafter(1e-4, 0.0),
+    math.nextafter(1e-4, 1.0),
+    1e-6,
+    1e-7,
+    0.1,
+    1 / 3,
+    2 / 3 * 1e15,
+    2**52 + 0.5,  # rounds to 2**52: integral
+    4503599627370495.5,
+    1e16,
+    math.nextafter(1e16, 0.0),
+    9999999999999998.0,
+    1e21,
+    123e18,
+    5e-324,
+    1.7976931348623157e308,
+    0.0,
+    -0.0,
+    17074.015748031496,
+]
+
+
+@settings(max_examples=2000)
+@given(
+    st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(min_value=1e-5, max_value=1e17)
+    | st.sampled_from(EDGE_FLOATS)
+)
+def test_r23_a_float_is_written_as_rfc8785_writes_it(value: float) -> None:
+    for number in (value, -value):
+        assert canonical_float(number) == rfc8785.dumps(number)
+        assert canonical_json([number]) == rfc8785.dumps([number]) + b"\n"

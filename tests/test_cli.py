@@ -535,3 +535,20 @@ def test_a_covered_measured_replay_gives_no_warning(example_inputs: dict[str, Pa
     result = run_servesim(*replay_args(paths, Path("-")))
     assert result.returncode == 0
     assert result.stderr == ""
+
+
+def test_replay_restores_the_cyclic_collector(tmp_path: Path) -> None:
+    """``servesim replay`` pauses the collector (servesim_cli.collector) only while it runs."""
+    import gc
+
+    from servesim_cli.main import main
+
+    paths = write_inputs(tmp_path, scenario_doc(), workload_doc(("a", 0, 10, 4)), timing_doc())
+    arguments = [str(each) for each in replay_args(paths, tmp_path / "report.json", "--quiet")]
+    for enabled in (True, False):
+        (gc.enable if enabled else gc.disable)()
+        try:
+            assert main(arguments) == 0
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from fractions import Fraction
@@ -220,6 +222,65 @@ def test_figures_taken_while_writing_are_those_read_back(hand_report: Path) -> N
 
     assert b"".join(tap.passing(pieces())) == data
     assert tap.figures() == read_figures(hand_report)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a": [1, -2, 3.25, 1e-7, 17074.015748031496], "b": "\\u00e9", "a": null}',
+        b'{"big": 123456789012345678901234, "neg": -9999999999999999999}',
+        b'{"s": "0000000000000000000000000", "f": 0.0000000000000000000012, "n": 1}',
+        b'{"s": "a:1234567890123456789012", "n": [1,2,3]}',
+        b"[1234567890123456789012]",
+        b"1234567890123456789012",
+        b"[1e0000000000000000000001, 1E-0000000000000000000001]",
+        b'{"nan": NaN}',
+        b'{"inf": 1e400}',
+        b'{"s": "\\ud800"}',
+        b"\xef\xbb\xbf{}",
+        b"[" * 2000 + b"]" * 2000,
+        b"{",
+    ],
+)
+def test_a_report_is_parsed_as_the_standard_parser_parses_it(text: bytes) -> None:
+    """orjson reads reports where it agrees with ``json``; ``json`` decides everything else."""
+    try:
+        expected = json.loads(text, parse_constant=figures_module._not_a_number)
+    except (ValueError, RecursionError):
+        expected = None
+    parsed = figures_module._parsed(text)
+    assert parsed == expected
+    assert json.dumps(parsed) == json.dumps(expected)  # the same types (int stays int)
+
+
+@pytest.mark.parametrize(
+    ("text", "long"),
+    [
+        (b'{"sha256": "' + b"0" * 64 + b'", "n": 12345678901234567}', False),
+        (b'{"f": 0.1234567890123456789012}', False),
+        (b'{"n": 1234567890123456789}', True),
+        (b'{"n": [-1234567890123456789]}', True),
+        (b"1234567890123456789", True),
+        (b"[1e0000000000000000001]", True),
+        (b'{"s": "a:1234567890123456789"}', True),  # inside a string, but it cannot tell
+    ],
+)
+def test_long_integers_are_told_from_long_digit_runs_in_strings(text: bytes, long: bool) -> None:
+    assert figures_module._may_hold_a_long_integer(text) is long
+
+
+def test_replay_summary_does_not_import_jsonschema(tmp_path: Path) -> None:
+    """A valid report's sample is checked by servesim.validity: the explainer (a tenth of a
+    second) and importlib.metadata are loaded only when needed."""
+    paths = write_inputs(tmp_path, scenario_doc(), workload_doc(("a", 0, 10, 4)), timing_doc())
+    arguments = [str(each) for each in replay_args(paths, tmp_path / "report.json")]
+    code = (
+        "import sys; from servesim_cli.main import main; "
+        f"main({arguments!r}); "
+        "print('jsonschema' in sys.modules, 'importlib.metadata' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.splitlines()[-1] == "False False", result.stderr
 
 
 # --- refusals ----------------------------------------------------------------------------------

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from servesim import validity
 from servesim.documents import (
-    _has_long_digit_run,
     check_header,
+    has_long_digit_run,
     load_document,
+    plain_numbers,
     read_json,
     schema_problems,
 )
@@ -192,9 +193,9 @@ def test_a_long_integer_literal_keeps_its_message() -> None:
 
 
 def test_long_digit_runs_are_found_from_41_digits() -> None:
-    assert not _has_long_digit_run(b"[" + b"1" * 40 + b", 2]")
-    assert _has_long_digit_run(b"[" + b"1" * 41 + b"]")
-    assert _has_long_digit_run(b'["' + b"9876543210" * 5 + b'"]')  # in a string: harmless
+    assert not has_long_digit_run(b"[" + b"1" * 40 + b", 2]")
+    assert has_long_digit_run(b"[" + b"1" * 41 + b"]")
+    assert has_long_digit_run(b'["' + b"9876543210" * 5 + b'"]')  # in a string: harmless
 
 
 def test_a_valid_document_is_read_without_importing_jsonschema() -> None:
@@ -206,3 +207,29 @@ def test_a_valid_document_is_read_without_importing_jsonschema() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_a_long_digit_run_in_a_string_leaves_the_numbers_plain() -> None:
+    """A calibration's digest of zeros is 64 digits in a row: only an integer stand-in, not the
+    run, sends a document to jsonschema (which a valid one never needs)."""
+    path = REPO / "golden" / "valid" / "smoke-one-request" / "workload.json"
+    value = json.loads(path.read_bytes())
+    value["requests"][0]["id"] = "0" * 64
+    parsed = read_json(json.dumps(value).encode(), "w.json")
+    assert parsed.plain_numbers
+    assert parsed.value == value
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        ({"a": [1, 2.5, {"b": -3e-7}], "c": None, "d": True}, True),
+        ({"a": [1, {"b": 2.0}]}, False),
+        ({"a": [float("inf")]}, False),
+        ([[[[1e300]]]], False),
+    ],
+)
+def test_plain_numbers_of_a_value_are_those_read_json_notes(value: Any, plain: bool) -> None:
+    assert plain_numbers(value) is plain
+    text = json.dumps(value).replace("Infinity", "1e400")  # what reads as infinity in R1's JSON
+    assert read_json(text.encode(), "x.json").plain_numbers is plain

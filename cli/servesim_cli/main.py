@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from servesim import __version__
 from servesim_cli.command import (
     EXIT_INTERNAL_ERROR,
     EXIT_INTERRUPTED,
@@ -102,6 +101,32 @@ COMMANDS: tuple[Entry, ...] = (
 )
 
 
+class _ShowVersion(argparse.Action):
+    """``--version``, as argparse's own action prints it, but the version is looked up only
+    when asked: ``importlib.metadata`` would add a fifth to the imports of every command."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show program's version number and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from servesim import __version__
+
+        print(f"servesim {__version__}")
+        parser.exit()
+
+
 def build_parser(
     chosen: str | None = None,
 ) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -111,7 +136,7 @@ def build_parser(
     listed by name and help, which is all ``servesim --help`` shows of them.
     """
     parser = argparse.ArgumentParser(prog="servesim", description=_DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"servesim {__version__}")
+    parser.add_argument("--version", action=_ShowVersion)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parsers: dict[str, argparse.ArgumentParser] = {}
     for entry in COMMANDS:

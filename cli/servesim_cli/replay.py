@@ -7,12 +7,12 @@ import json
 import os
 import sys
 
-from servesim import __version__
 from servesim.describe import description
 from servesim.documents import Document
 from servesim.errors import OutOfCoverage, ServesimError
 from servesim.replay import read_inputs, replay_chunks
 from servesim.simulation import ProgressCallback
+from servesim_cli.collector import cyclic_collection_paused
 from servesim_cli.command import (
     EXIT_INVALID_INPUT,
     EXIT_OK,
@@ -84,6 +84,8 @@ def _warn_about_coverage(scenario: Document, workload: Document, timing: Documen
 
 def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if arguments.describe:
+        from servesim import __version__  # looked up only here (see servesim.__getattr__)
+
         print(json.dumps(description(__version__), indent=2))
         return EXIT_OK
     missing = [
@@ -107,6 +109,12 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             file=sys.stderr,
         )
         return EXIT_INVALID_INPUT
+    with cyclic_collection_paused():
+        return _replay(arguments)
+
+
+def _replay(arguments: argparse.Namespace) -> int:
+    """Read, simulate, write the report and print its summary; the exit code."""
     try:
         documents = read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile)
         _warn_about_coverage(*documents)

@@ -9,17 +9,26 @@ named in the module that implements it.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from servesim.documents import load_document, read_document
 from servesim.errors import InputProblem, InvalidInput, ServesimError, UnrepresentableTime
 from servesim.replay import replay, replay_documents
 from servesim.simulation import simulate
 
-try:
-    __version__ = version("servesim")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """``__version__``, looked up on first use (PEP 562): ``importlib.metadata`` takes a fifth
+    of the imports of a ``servesim replay``, which never prints the version."""
+    if name != "__version__":
+        raise AttributeError(f"module 'servesim' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("servesim")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found
+
 
 __all__ = [
     "InputProblem",

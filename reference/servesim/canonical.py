@@ -29,7 +29,7 @@ def canonical_bytes(value: Any) -> bytes:
     could differ, is written by ``rfc8785`` alone. ``value`` is not modified.
     """
     if type(value) is float:  # a lone number or string: no container to write around it
-        return rfc8785.dumps(value)
+        return canonical_float(value)
     if type(value) is str and value.isascii():
         return json.dumps(value, ensure_ascii=False).encode("ascii")
     floats: list[float] = []
@@ -47,9 +47,25 @@ def canonical_bytes(value: Any) -> bytes:
     if len(_PLACEHOLDER.findall(text)) != len(floats):  # a string looked like a placeholder
         return rfc8785.dumps(value)
     text = _PLACEHOLDER.sub(
-        lambda match: rfc8785.dumps(floats[int(match.group(1))]).decode("ascii"), text
+        lambda match: canonical_float(floats[int(match.group(1))]).decode("ascii"), text
     )
     return text.encode("ascii")
+
+
+def canonical_float(value: float) -> bytes:
+    """RFC 8785's bytes for one float (``rfc8785.dumps``), faster where that is ``repr``'s.
+
+    RFC 8785 writes a number as ECMAScript's Number::toString does: the fewest significant
+    digits that read back as the value (the closest such to it), in plain decimal notation from
+    1e-6 up to 1e21 and with an exponent outside. Python's ``repr`` chooses the same digits and
+    writes them in plain decimal notation from 1e-4 up to 1e16, where the two differ only for an
+    integral value (``repr`` adds ``.0``). A report's means and ratios (R24) are nearly all
+    non-integral and in that range; the rest is left to ``rfc8785``, which also rejects NaN and
+    the infinities.
+    """
+    if 1e-4 <= abs(value) < 1e16 and not value.is_integer():
+        return repr(value).encode("ascii")
+    return rfc8785.dumps(value)
 
 
 _PLACEHOLDER = re.compile(r'"\\u0000(\d+)\\u0000"')
