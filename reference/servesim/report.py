@@ -216,9 +216,7 @@ def _summary(
             cut_off += 1
     output_tokens = sum(len(state.token_times_us) for state in completed)
     latencies = [_latencies(state) for state in completed]
-    gaps: Counter[int] = Counter()
-    for state in completed:
-        state.token_times_us.count_gaps(gaps)
+    gaps = itl_gaps(states, workers)
     prompt_tokens = sum(state.request.prompt_tokens for state in completed)
     summary: dict[str, Any] = {
         "requests": len(states),
@@ -256,6 +254,26 @@ def _summary(
             "output_token_throughput_per_s": ratio(good_tokens * 1_000_000, makespan_us),
         }
     return summary
+
+
+def itl_gaps(states: list[RequestState], workers: list[Worker]) -> Counter[int]:
+    """R27's ITL samples: the gaps between consecutive tokens of every completed request.
+
+    The workers counted the gaps of every token as they produced it (``Worker.itl_gaps``, per
+    step rather than per token); a request that did not complete (cut off by the stop time,
+    R62) had its own taken back. Equal to ``count_gaps`` over the completed requests, which
+    ``tests/test_report.py`` checks.
+    """
+    gaps: Counter[int] = Counter()
+    for worker in workers:
+        gaps.update(worker.itl_gaps)
+    unfinished: Counter[int] = Counter()
+    for state in states:
+        if state.token_times_us and not _completed(state):
+            state.token_times_us.count_gaps(unfinished)
+    gaps.subtract(unfinished)
+    assert min(gaps.values(), default=0) >= 0, "a gap taken back that no worker counted"
+    return +gaps  # without the gaps that no completed request has
 
 
 def _summary_kv_cache(

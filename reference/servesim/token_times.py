@@ -20,19 +20,21 @@ Segment = tuple[int, int, int]
 class TokenTimes:
     """Strictly increasing token times (R20, R21), as segments ``(first, step, count)``."""
 
-    __slots__ = ("_count", "_segments")
+    __slots__ = ("_segments", "count")
 
     def __init__(self) -> None:
         self._segments: list[Segment] = []
-        self._count = 0
+        self.count = 0
+        """How many token times (``len``), to read only: the per-step loop reads it of every
+        running request, and ``len()`` of a Python class costs a method call each time."""
 
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     def append(self, time_us: int) -> None:
         """One more token at ``time_us`` (``extend_progression`` by one token, written out: a
         step with prefill gives one to every decoding request)."""
-        self._count += 1
+        self.count += 1
         segments = self._segments
         if segments:
             first, step, count = segments[-1]
@@ -45,7 +47,7 @@ class TokenTimes:
     def extend_progression(self, first_us: int, step_us: int, count: int) -> None:
         """``count`` more tokens at ``first_us``, ``first_us + step_us``, ... (all later than
         the last token so far). Merged into the last segment when they continue it."""
-        self._count += count
+        self.count += count
         if self._segments:
             last_first, last_step, last_count = self._segments[-1]
             gap = first_us - (last_first + (last_count - 1) * last_step)
@@ -67,7 +69,7 @@ class TokenTimes:
         self.extend_progression(first, step, count)
         if len(segments) > 1:
             self._segments.extend(segments[1:])
-            self._count += sum(each[2] for each in segments[1:])
+            self.count += sum(each[2] for each in segments[1:])
 
     @property
     def first(self) -> int:

@@ -8,7 +8,7 @@ a KV cache is a ``CachingWorker`` (section 11, R50 and R51), whose cache is in
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -186,13 +186,13 @@ class Step:
 
 def context_tokens(decode: list[RequestState]) -> int:
     """R22's C: the decoding requests' prompt plus generated tokens, now."""
-    return sum(state.request.prompt_tokens + len(state.token_times_us) for state in decode)
+    return sum(state.request.prompt_tokens + state.token_times_us.count for state in decode)
 
 
 def _steps_to_first_completion(step: Step) -> int:
     """How many decode steps pass before the first of ``step``'s decoding requests completes."""
     return min(
-        [state.request.max_output_tokens - len(state.token_times_us) for state in step.decode]
+        [state.request.max_output_tokens - state.token_times_us.count for state in step.decode]
     )
 
 
@@ -291,6 +291,7 @@ class Worker:
         "decode_tokens",
         "in_flight",
         "index",
+        "itl_gaps",
         "kv_counters",
         "load_blocks",
         "output_tokens",
@@ -322,6 +323,10 @@ class Worker:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.output_tokens = 0
+        self.itl_gaps: Counter[int] = Counter()
+        """R27's ITL samples of the tokens this worker produced, gap -> how many, counted as
+        they are produced (``complete_step``): the report counts only completed requests'
+        (``report.itl_gaps``)."""
         self.kv_counters: KvCacheCounters | None = None
         """R52: the cache's counters; ``None`` without a cache."""
         self.outstanding = 0
@@ -407,28 +412,42 @@ class Worker:
         return decode, prefill
 
     def complete_step(self, step: Step) -> list[RequestState]:
-        """R20, once per step of the run: apply it; the requests it completed, in running order."""
+        """R20, once per step of the run: apply it; the requests it completed, in running order.
+
+        A decoding request got its last token when the worker's previous step ended, which is
+        when this one started (R16: a worker with running requests schedules at once), so each
+        of its tokens here follows the one before by the duration of its step: R27's ITL
+        samples are counted per step, not per token (``itl_gaps``).
+        """
         end = step.end_us
+        decoding = len(step.decode)
         if step.repeat == 1:
             for state in step.decode:
                 state.token_times_us.append(end)
+            if decoding:  # most steps of a long prompt's chunked prefill decode nobody
+                self.itl_gaps[step.duration_us] += decoding
         elif step.segments is not None:
             for state in step.decode:
                 state.token_times_us.extend_progressions(step.segments)
+            for _, duration, count in step.segments:
+                self.itl_gaps[duration] += count * decoding
         else:
             first = step.start_us + step.duration_us
             for state in step.decode:
                 state.token_times_us.extend_progression(first, step.duration_us, step.repeat)
+            self.itl_gaps[step.duration_us] += step.repeat * decoding
         first_tokens = 0
         for state, tokens in step.prefill:
             state.prefill(tokens)
             if state.decoding:  # the step that finishes the prefill emits the first token
+                if state.token_times_us:  # R49: readmitted, its next token follows its last
+                    self.itl_gaps[end - state.token_times_us.last] += 1
                 state.token_times_us.append(end)
                 first_tokens += 1
         finished = [
             state
             for state in self.running
-            if len(state.token_times_us) == state.request.max_output_tokens
+            if state.token_times_us.count == state.request.max_output_tokens
         ]
         if finished:
             for state in finished:
