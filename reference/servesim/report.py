@@ -19,6 +19,7 @@ from servesim.canonical import canonical_bytes, encoded_array
 from servesim.kv_cache import KvCacheCounters
 from servesim.model import Slo
 from servesim.simulation import SimulationResult
+from servesim.step_ends import StepEndItems, slicing_pays
 from servesim.tpot import tpot_statistics
 from servesim.worker import RequestState, Step, Worker
 
@@ -132,9 +133,12 @@ def meets_objectives(state: RequestState, slo: Slo) -> bool:
     )
 
 
-def _request_entry(state: RequestState, session: bytes, slo: Slo | None) -> bytes:
+def _request_entry(
+    state: RequestState, session: bytes, slo: Slo | None, times: bytes | None = None
+) -> bytes:
     """R26: one request's line in the report, as canonical bytes; ``session`` is its R64
-    member's bytes.
+    member's bytes; ``times`` its token times' JSON items when the caller has them
+    (``servesim.step_ends``).
 
     Filled into a byte template, like a trace entry, instead of serialised from a dictionary:
     the request lines hold every token time, most of a report's bytes.
@@ -181,7 +185,7 @@ def _request_entry(state: RequestState, session: bytes, slo: Slo | None) -> byte
         session,
         _SLO_MET[None if slo is None else meets_objectives(state, slo)],
         state.terminal_us,
-        tokens.json_items(),
+        tokens.json_items() if times is None else times,
         _json(ttft_us),
         _json(state.worker),
     )
@@ -384,6 +388,23 @@ def _trace(steps: list[Step]) -> Iterator[bytes]:
     return (entry for _, _, entry in heapq.merge(*streams))
 
 
+def _step_end_items(workers: list[Worker]) -> dict[int, StepEndItems]:
+    """The workers whose requests' token times are sliced from their step ends: those that
+    kept them and gave enough tokens a step (``servesim.step_ends.slicing_pays``)."""
+    return {
+        worker.index: StepEndItems(worker.step_ends)
+        for worker in workers
+        if worker.step_ends is not None and slicing_pays(worker.output_tokens, worker.steps)
+    }
+
+
+def _sliced_times(state: RequestState, step_ends: dict[int, StepEndItems]) -> bytes | None:
+    """The request's token times' JSON items sliced from its worker's step ends, or ``None``
+    where they are not (``_request_entry`` then writes them itself)."""
+    sliced = None if state.worker is None else step_ends.get(state.worker)
+    return None if sliced is None else sliced.items(state.token_times_us)
+
+
 def report_chunks(
     result: SimulationResult,
     inputs: dict[str, bytes],
@@ -404,12 +425,14 @@ def report_chunks(
     digests["timing_profile"]["calibration"] = calibration
     summary = _summary(result.requests, result.workers, makespan_us, result.slo)
     sessions = [canonical_bytes(session) for session in result.sessions]
+    step_ends = _step_end_items(result.workers)
     yield b'{"document":"report","inputs":' + canonical_bytes(digests) + b',"requests":'
     yield from encoded_array(
         _request_entry(
             state,
             b"null" if state.request.session is None else sessions[state.request.session],
             result.slo,
+            _sliced_times(state, step_ends),
         )
         for state in result.requests
     )

@@ -23,6 +23,7 @@ from servesim.kv_cache import (
     block_identities,
 )
 from servesim.model import KvCache, MeasuredTiming, Request, SchedulerLimits, StepShape
+from servesim.step_ends import slicing_pays
 from servesim.token_times import Segment, TokenTimes
 
 
@@ -216,6 +217,11 @@ def decode_run_length(step: Step, max_end_us: int, max_steps: int | None = None)
     return max(1, min(first_finish, representable))
 
 
+#: The steps a worker keeps its step ends for before it decides whether slicing them pays
+#: (``Worker._keep_step_ends``): enough for a busy worker's batch to fill.
+STEP_ENDS_TRIAL = 1024
+
+
 #: The most stretches of equal durations one measured run forms ahead: an arrival may cut it
 #: short (then the rest was formed for nothing), and the next run picks up where it ended.
 #: Forming a run costs one model evaluation per stretch, however many steps each holds.
@@ -302,6 +308,7 @@ class Worker:
         "routed",
         "running",
         "schedule_pending",
+        "step_ends",
         "steps",
         "waiting",
     )
@@ -323,6 +330,10 @@ class Worker:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self.output_tokens = 0
+        self.step_ends: TokenTimes | None = TokenTimes()
+        """When each of its steps ended, in order: the report writes its requests' token times
+        as slices of these (``servesim.step_ends``); ``None`` once it is clear that too few of
+        its requests decode together for that to pay (``_keep_step_ends``)."""
         self.itl_gaps: Counter[int] = Counter()
         """R27's ITL samples of the tokens this worker produced, gap -> how many, counted as
         they are produced (``complete_step``): the report counts only completed requests'
@@ -461,7 +472,24 @@ class Worker:
         self.decode_tokens += step.repeat * len(step.decode)
         self.output_tokens += step.repeat * len(step.decode) + first_tokens
         self.completed += len(finished)
+        if self.step_ends is not None:
+            self._keep_step_ends(step)
         return finished
+
+    def _keep_step_ends(self, step: Step) -> None:
+        """Add the step's ends to ``step_ends``, every step's, for one may give first tokens
+        only; or drop them for good after ``STEP_ENDS_TRIAL`` steps that gave too few tokens
+        a step to be sliced (then the report writes each request's times itself)."""
+        ends = self.step_ends
+        assert ends is not None
+        if self.steps >= STEP_ENDS_TRIAL and not slicing_pays(self.output_tokens, self.steps):
+            self.step_ends = None
+        elif step.repeat == 1:
+            ends.append(step.end_us)
+        elif step.segments is not None:
+            ends.extend_progressions(step.segments)
+        else:
+            ends.extend_progression(step.start_us + step.duration_us, step.duration_us, step.repeat)
 
     def cut_step(self, step: Step, stop_us: int) -> None:
         """R62: ``step`` (a single step, ``Step.stop_at``) was in flight at the stop time. It was
