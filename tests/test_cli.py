@@ -488,8 +488,9 @@ def test_replay_without_arguments_shows_replay_s_usage() -> None:
 
 def test_r32_sigterm_leaves_no_partial_file(tmp_path: Path) -> None:
     """SIGTERM (``timeout``, a cancelled CI job) cleans up as SIGINT does: exit 143, no
-    temporary file and no report. The signal is sent while the report is being written."""
-    requests = [(f"r{index}", index * 100, 8, 16) for index in range(5000)]
+    temporary file and no report. The signal is sent while the report is being written (a
+    report large enough that its writing outlasts the poll on a loaded machine)."""
+    requests = [(f"r{index}", index * 100, 8, 16) for index in range(30000)]
     paths = write_inputs(tmp_path, scenario_doc(workers=4), workload_doc(*requests), timing_doc())
     output = tmp_path / "report.json"
     process = subprocess.Popen(
