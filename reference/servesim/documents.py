@@ -444,24 +444,29 @@ def _needs_newer_minor(
 # --- R4: semantic constraints -----------------------------------------------------------
 
 
+def repeated_ids(ids: Iterable[str]) -> Iterator[tuple[int, int]]:
+    """R4, R59: for each id used before, its index and the index of its first use."""
+    first_seen: dict[str, int] = {}
+    for index, item_id in enumerate(ids):
+        first = first_seen.setdefault(item_id, index)
+        if first != index:
+            yield index, first
+
+
 def semantic_problems(value: dict[str, Any], kind: str, file: str) -> list[InputProblem]:
     """R4: constraints a JSON Schema cannot state, on a schema-valid document."""
     problems: list[InputProblem] = []
     if kind == "workload":
-        first_seen: dict[str, int] = {}
-        for index, request in enumerate(value["requests"]):
-            request_id = request["id"]
-            if request_id in first_seen:
-                problems.append(
-                    InputProblem(
-                        file,
-                        pointer(["requests", index, "id"]),
-                        f"duplicate request id {request_id!r}; first used at "
-                        f"{pointer(['requests', first_seen[request_id], 'id'])}",
-                    )
+        requests = value["requests"]
+        for index, first in repeated_ids(request["id"] for request in requests):
+            problems.append(
+                InputProblem(
+                    file,
+                    pointer(["requests", index, "id"]),
+                    f"duplicate request id {requests[index]['id']!r}; first used at "
+                    f"{pointer(['requests', first, 'id'])}",
                 )
-            else:
-                first_seen[request_id] = index
+            )
         problems.extend(_prefix_hash_problems(value, file))
         problems.extend(_session_problems(value, file))
     elif kind == "scenario":
@@ -524,20 +529,19 @@ def _session_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     not a turn of anything, so it is not also judged as a turn.
     """
     problems: list[InputProblem] = []
-    first_seen: dict[str, int] = {}
-    for index, session in enumerate(value.get("sessions", ())):
-        session_id = session["id"]
-        if session_id in first_seen:
-            problems.append(
-                InputProblem(
-                    file,
-                    pointer(["sessions", index, "id"]),
-                    f"duplicate session id {as_json(session_id)}; first used at "
-                    f"{pointer(['sessions', first_seen[session_id], 'id'])}",
-                )
+    sessions = value.get("sessions", ())
+    declared: dict[str, int] = {}  # session id -> index of its first declaration
+    for index, session in enumerate(sessions):
+        declared.setdefault(session["id"], index)
+    for index, first in repeated_ids(session["id"] for session in sessions):
+        problems.append(
+            InputProblem(
+                file,
+                pointer(["sessions", index, "id"]),
+                f"duplicate session id {as_json(sessions[index]['id'])}; first used at "
+                f"{pointer(['sessions', first, 'id'])}",
             )
-        else:
-            first_seen[session_id] = index
+        )
     previous_turn: dict[str, int] = {}  # session id -> workload index of its latest turn
     for index, request in enumerate(value["requests"]):
         session_id = request.get("session")
@@ -552,8 +556,8 @@ def _session_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
                     )
                 )
             continue
-        if session_id not in first_seen:
-            known = "the workload has no sessions" if not first_seen else "not in /sessions"
+        if session_id not in declared:
+            known = "the workload has no sessions" if not declared else "not in /sessions"
             problems.append(
                 InputProblem(
                     file,
@@ -587,7 +591,7 @@ def _session_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
                     f"{pointer(['requests', before, 'arrival_us'])}); expected at least {earlier}",
                 )
             )
-    for session_id, index in first_seen.items():
+    for session_id, index in declared.items():
         if session_id not in previous_turn:
             problems.append(
                 InputProblem(
