@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import servesim
-from servesim.report import nearest_rank, ratio, statistics
+from servesim.nearest_rank import nearest_rank
+from servesim.report import ratio, statistics
 from tests.helpers import scenario_doc, timing_doc, workload_doc, write_inputs
 
 

@@ -48,7 +48,7 @@ from servesim.documents import (
     schema_problems,
 )
 from servesim.errors import InputProblem, InvalidInput
-from servesim.report import PERCENTILES
+from servesim.nearest_rank import PERCENTILES
 
 __all__ = [
     "Figure",

@@ -48,7 +48,7 @@ from servesim.model import (
     StepShape,
     TimingModel,
 )
-from servesim.report import nearest_rank
+from servesim.nearest_rank import nearest_rank
 from servesim.routing import SplitMix64
 from servesim.schemas import load_schema
 

@@ -6,25 +6,21 @@ the program that wrote it, so that two conforming implementations write the same
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import heapq
-import itertools
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from servesim.admission import REJECT_REASONS
 from servesim.canonical import canonical_bytes, encoded_array
 from servesim.kv_cache import KvCacheCounters
 from servesim.model import Slo
+from servesim.nearest_rank import ranked_statistics
 from servesim.simulation import SimulationResult
 from servesim.step_ends import StepEndItems, slicing_pays
 from servesim.tpot import tpot_statistics
 from servesim.worker import RequestState, Step, Worker
-
-#: R27: the percentiles every latency statistic reports.
-PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
 
 def ratio(numerator: int, denominator: int) -> float | None:
@@ -37,16 +33,6 @@ def ratio(numerator: int, denominator: int) -> float | None:
     return numerator / denominator
 
 
-def nearest_rank(sorted_values: Sequence[int], percent: int) -> int:
-    """R27: the nearest-rank percentile, ``sorted_values[ceil(percent * n / 100) - 1]``."""
-    return sorted_values[_rank(len(sorted_values), percent) - 1]
-
-
-def _rank(count: int, percent: int) -> int:
-    """R27: the 1-based rank of the ``percent``-th percentile among ``count`` samples."""
-    return max(1, -(-percent * count // 100))
-
-
 def statistics(values: Iterable[int]) -> dict[str, Any]:
     """R27: count, min, max, mean and percentiles of integer samples; null where there are none."""
     return statistics_of_counts(Counter(values))
@@ -55,20 +41,13 @@ def statistics(values: Iterable[int]) -> dict[str, Any]:
 def statistics_of_counts(counts: Counter[int]) -> dict[str, Any]:
     """R27 for samples given as value -> how often it occurs (ITL has millions of samples but
     few distinct values)."""
-    total = sum(counts.values())
-    result: dict[str, Any] = {"count": total}
-    if not total:
-        result.update(min=None, max=None, mean=None)
-        result.update({f"p{percent}": None for percent in PERCENTILES})
-        return result
     values = sorted(counts)
-    mean = ratio(sum(value * counts[value] for value in values), total)
-    result.update(min=values[0], max=values[-1], mean=mean)
-    cumulative = list(itertools.accumulate(counts[value] for value in values))
-    for percent in PERCENTILES:
-        position = bisect.bisect_left(cumulative, _rank(total, percent))
-        result[f"p{percent}"] = values[position]
-    return result
+    mean = ratio(sum(value * counts[value] for value in values), sum(counts.values()))
+    return ranked_statistics(counts, values, mean, _as_written)
+
+
+def _as_written(value: int) -> int:
+    return value
 
 
 def digest(data: bytes) -> str:

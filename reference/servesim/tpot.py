@@ -19,8 +19,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-#: R27: the percentiles every latency statistic reports.
-PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+from servesim.nearest_rank import ranked_statistics
 
 
 def tpot_sample(first_token_us: int, completion_us: int, output_tokens: int) -> tuple[int, int]:
@@ -44,23 +43,9 @@ def tpot_statistics(samples: Iterable[tuple[int, int]]) -> dict[str, Any]:
     """
     counts = Counter(_lowest_terms(numerator, denominator) for numerator, denominator in samples)
     total = sum(counts.values())
-    result: dict[str, Any] = {"count": total}
-    if not total:
-        result.update(min=None, max=None, mean=None)
-        result.update({f"p{percent}": None for percent in PERCENTILES})
-        return result
     ordered = sorted(counts, key=lambda pair: Fraction(*pair))
-    result.update(min=_rounded(ordered[0]), max=_rounded(ordered[-1]))
-    result["mean"] = float(_exact_sum(counts) / total)  # R24: one rounding of the exact mean
-    for percent in PERCENTILES:
-        rank = max(1, -(-percent * total // 100))  # R27: 1-based nearest rank
-        seen = 0
-        for pair in ordered:
-            seen += counts[pair]
-            if seen >= rank:
-                result[f"p{percent}"] = _rounded(pair)
-                break
-    return result
+    mean = float(_exact_sum(counts) / total) if total else None  # R24: the exact mean, once
+    return ranked_statistics(counts, ordered, mean, _rounded)
 
 
 def _lowest_terms(numerator: int, denominator: int) -> tuple[int, int]:
