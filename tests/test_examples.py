@@ -42,13 +42,15 @@ def test_the_kv_cache_example_reuses_the_system_prompt_and_preempts(tmp_path: Pa
 ROUTING = EXAMPLES / "routing"
 
 
-def _replay_routing_example(scenario: str, output: Path) -> str:
+def _replay_example(folder: Path, scenario: str, output: Path) -> str:
+    """Replay ``folder``'s workload on its ``scenario`` with the basic example's timing
+    profile; the summary ``servesim replay`` prints."""
     result = run_servesim(
         "replay",
         "--scenario",
-        ROUTING / scenario,
+        folder / scenario,
         "--workload",
-        ROUTING / "workload.json",
+        folder / "workload.json",
         "--timing-profile",
         EXAMPLES / "basic" / "timing-profile.json",
         "--output",
@@ -63,9 +65,9 @@ def test_the_routing_example_keeps_conversations_where_their_prefix_is(tmp_path:
     robin rotates each conversation over the workers; cache-aware routing (R56, seeded ties,
     R58) sends each turn where its earlier turns' blocks are, so it reuses more than three times
     as many prompt tokens."""
-    round_robin = _replay_routing_example("scenario-round-robin.json", tmp_path / "rr.json")
+    round_robin = _replay_example(ROUTING, "scenario-round-robin.json", tmp_path / "rr.json")
     assert "prefix reuse 15.94% (880 prompt tokens)" in round_robin
-    cache_aware = _replay_routing_example("scenario.json", tmp_path / "ca.json")
+    cache_aware = _replay_example(ROUTING, "scenario.json", tmp_path / "ca.json")
     assert "prefix reuse 53.62% (2,960 prompt tokens)" in cache_aware
     report = json.loads((tmp_path / "ca.json").read_bytes())
     requests = report["requests"]
@@ -80,22 +82,6 @@ def test_the_routing_example_keeps_conversations_where_their_prefix_is(tmp_path:
 
 
 SESSIONS = EXAMPLES / "sessions"
-
-
-def _replay_sessions_example(scenario: str, output: Path) -> str:
-    result = run_servesim(
-        "replay",
-        "--scenario",
-        SESSIONS / scenario,
-        "--workload",
-        SESSIONS / "workload.json",
-        "--timing-profile",
-        EXAMPLES / "basic" / "timing-profile.json",
-        "--output",
-        output,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def _sessions_in_flight(requests: list[dict[str, Any]]) -> int:
@@ -118,13 +104,13 @@ def test_the_sessions_example_trades_throughput_for_goodput(tmp_path: Path) -> N
     turn sent its think time after the previous answer (R59). In open loop all eight run at
     once and 15 of 40 requests meet the objectives; a closed loop of 4 sessions (R61) takes
     longer but 32 meet them, more goodput per second; a deadline at 300 ms (R62) cuts off 24."""
-    open_loop = _replay_sessions_example("scenario.json", tmp_path / "open.json")
+    open_loop = _replay_example(SESSIONS, "scenario.json", tmp_path / "open.json")
     assert "requests     40: 40 completed, 0 rejected, 0 cut off" in open_loop
     assert (
         "goodput      15 requests met the objectives (37.50% of completed): 25.48 requests/s, "
         "611.41 output tokens/s"
     ) in open_loop
-    closed = _replay_sessions_example("scenario-closed-loop.json", tmp_path / "closed.json")
+    closed = _replay_example(SESSIONS, "scenario-closed-loop.json", tmp_path / "closed.json")
     assert (
         "goodput      32 requests met the objectives (80.00% of completed): 34.01 requests/s, "
         "816.33 output tokens/s"
@@ -139,7 +125,7 @@ def test_the_sessions_example_trades_throughput_for_goodput(tmp_path: Path) -> N
         chat, number = turn["id"].rsplit("-turn", 1)
         previous = by_id[f"{chat}-turn{int(number) - 1}"]
         assert by_id[turn["id"]]["arrival_us"] == previous["terminal_us"] + turn["think_time_us"]
-    deadline = _replay_sessions_example("scenario-deadline.json", tmp_path / "deadline.json")
+    deadline = _replay_example(SESSIONS, "scenario-deadline.json", tmp_path / "deadline.json")
     assert "requests     40: 16 completed, 0 rejected, 24 cut off" in deadline
     report = json.loads((tmp_path / "deadline.json").read_bytes())
     cut = [request for request in report["requests"] if request["outcome"] == "cut_off"]

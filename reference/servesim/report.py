@@ -189,7 +189,7 @@ def _summary(
     states: list[RequestState], workers: list[Worker], makespan_us: int, slo: Slo | None
 ) -> dict[str, Any]:
     """R28, R63, R64: fleet-wide counts, throughput and latency statistics."""
-    completed = [state for state in states if state.reject_reason is None and not state.cut_off]
+    completed = [state for state in states if _completed(state)]
     by_reason = dict.fromkeys(REJECT_REASONS, 0)
     cut_off = 0
     for state in states:
