@@ -17,7 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.calibrate import (
+from servesim.contract.documents import build_timing_profile, load_document, read_document
+from servesim.contract.model import RegressionTiming, StepShape, TimingModel
+from servesim.replay import replay
+from servesim.tools.calibrate import (
     CalibrateOptions,
     Calibration,
     InvalidMeasurements,
@@ -27,9 +30,6 @@ from servesim.calibrate import (
     spaced_ranks,
     split,
 )
-from servesim.documents import build_timing_profile, load_document, read_document
-from servesim.model import RegressionTiming, StepShape, TimingModel
-from servesim.replay import replay
 from servesim_cli.main import main
 from tests.helpers import EXAMPLES, load_module, run_servesim
 

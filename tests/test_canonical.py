@@ -10,7 +10,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.canonical import canonical_float, canonical_json
+from servesim.contract.canonical import canonical_float, canonical_json
 
 SAFE_INTEGER = 2**53 - 1
 

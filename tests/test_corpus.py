@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import servesim
-from servesim.errors import OutOfCoverage, ServesimError
+from servesim.contract.errors import OutOfCoverage, ServesimError
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, Expect, load_corpus
 from servesim_conformance.coverage import coverage_table, spec_rules
 from tests.golden_snapshots import GOLDEN

@@ -15,9 +15,8 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim import worker
-from servesim.documents import build_timing_profile
-from servesim.model import (
+from servesim.contract.documents import build_timing_profile
+from servesim.contract.model import (
     GridTiming,
     MeasuredTiming,
     RegressionTiming,
@@ -26,7 +25,8 @@ from servesim.model import (
     round_half_away,
     rounding_extent,
 )
-from servesim.worker import RequestState, Step, measured_decode_run
+from servesim.engine import worker
+from servesim.engine.worker import RequestState, Step, measured_decode_run
 from servesim_conformance.strategies import REACHABLE, measured_timing_profiles
 
 # --- the models: how far the context may grow with the same duration ------------------------

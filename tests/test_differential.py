@@ -17,8 +17,8 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim import worker
-from servesim.errors import OutOfCoverage, ServesimError
+from servesim.contract.errors import OutOfCoverage, ServesimError
+from servesim.engine import worker
 from servesim_conformance.properties import (
     Documents,
     at_current_version,

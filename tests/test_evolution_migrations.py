@@ -23,10 +23,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.canonical import canonical_bytes
-from servesim.documents import load_document
-from servesim.errors import InvalidInput
-from servesim.migrations import CHAIN, Migration, MigrationChain
+from servesim.contract.canonical import canonical_bytes
+from servesim.contract.documents import load_document
+from servesim.contract.errors import InvalidInput
+from servesim.contract.migrations import CHAIN, Migration, MigrationChain
 from servesim.replay import replay_documents
 from servesim_conformance.evolution.cli import (
     add_migrate_arguments,
@@ -429,16 +429,16 @@ def test_migrate_file_reads_a_current_document_once(
     """Issue 16: a large report already at the current version was parsed twice (once to find
     its version, once to check it); now the check reuses the first parse, and the bytes are
     written as read."""
-    import servesim.documents
+    import servesim.contract.documents
 
     parses: list[str] = []
-    read_json = servesim.documents.read_json
+    read_json = servesim.contract.documents.read_json
 
     def counting(data: bytes, file: str) -> Any:
         parses.append(file)
         return read_json(data, file)
 
-    monkeypatch.setattr(servesim.documents, "read_json", counting)
+    monkeypatch.setattr(servesim.contract.documents, "read_json", counting)
     source = tmp_path / "scenario.json"
     source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.3"}))
     output = tmp_path / "out.json"

@@ -22,8 +22,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from servesim.migrations import CHAIN
-from servesim.schemas import SUPPORTED_VERSIONS
+from servesim.contract.migrations import CHAIN
+from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.evolution.catalog import (
     SUMS,
     read_work_tree,
@@ -167,8 +167,8 @@ def test_work_tree_schemas_keep_the_policy_against_the_last_release() -> None:
 def test_describe_declares_every_kind_s_versions_and_each_is_released() -> None:
     """The --describe handshake is how an implementation says which versions it reads, and for
     the report which it writes (R38); every one of them must be released."""
+    from servesim.contract.schemas import WRITTEN_REPORT_VERSIONS
     from servesim.describe import description
-    from servesim.schemas import WRITTEN_REPORT_VERSIONS
     from servesim_conformance.schemas import validate_harness_document
 
     described = description("0")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from servesim.migrations import CHAIN
+from servesim.contract.migrations import CHAIN
 from servesim_conformance.evolution.catalog import read_revision, read_work_tree
 from servesim_conformance.evolution.cli import add_schema_arguments, run_schema
 from servesim_conformance.evolution.markdown import review_markdown
@@ -157,7 +157,7 @@ def test_report_field_added_in_a_minor_version_breaks_old_report_readers(schemas
 
 
 def _relabelling_chain(kind: str) -> Any:
-    from servesim.migrations import Migration, MigrationChain, relabel
+    from servesim.contract.migrations import Migration, MigrationChain, relabel
 
     return MigrationChain(
         migrations=(Migration(kind, "1.0", "1.1", "relabelled", relabel),),

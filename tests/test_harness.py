@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servesim.canonical import canonical_json
+from servesim.contract.canonical import canonical_json
 from servesim_conformance.corpus import Case, CorpusError, Expect, load_corpus
 from servesim_conformance.features import ADDITIVE, FEATURES, Kind
 from servesim_conformance.implementation import (

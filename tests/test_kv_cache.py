@@ -25,10 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import servesim
-from servesim import simulation
-from servesim.kv_cache import PRIVATE
-from servesim.migrations import CHAIN
-from servesim.model import (
+from servesim.contract.migrations import CHAIN
+from servesim.contract.model import (
     KvCache,
     Request,
     Routing,
@@ -38,8 +36,10 @@ from servesim.model import (
     TimingProfile,
     Workload,
 )
-from servesim.simulation import SimulationResult, simulate
-from servesim.worker import CachingWorker, RequestState, Step, Worker
+from servesim.engine import loop as simulation
+from servesim.engine.kv_cache import PRIVATE
+from servesim.engine.loop import SimulationResult, simulate
+from servesim.engine.worker import CachingWorker, RequestState, Step, Worker
 from tests.helpers import as_report_2_0, scenario_doc, timing_doc, workload_doc, write_inputs
 
 PROFILE = TimingProfile(SyntheticLinearTiming(1_000_000, 10_000, 100_000))

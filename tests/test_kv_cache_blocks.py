@@ -4,7 +4,8 @@ registered again, duplicates mixed into a run) give what the rules say, block by
 
 from __future__ import annotations
 
-from servesim.kv_cache import (
+from servesim.contract.model import Request
+from servesim.engine.kv_cache import (
     PRIVATE,
     BlockCache,
     BlockIdentities,
@@ -13,7 +14,6 @@ from servesim.kv_cache import (
     KvCacheCounters,
     block_identities,
 )
-from servesim.model import Request
 
 
 def cache(blocks: int) -> BlockCache:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from servesim.documents import build_scenario, build_workload, load_document
-from servesim.errors import InvalidInput
-from servesim.model import KvCache
+from servesim.contract.documents import build_scenario, build_workload, load_document
+from servesim.contract.errors import InvalidInput
+from servesim.contract.model import KvCache
 from servesim.replay import replay
 from tests.helpers import (
     REPO,

@@ -1,8 +1,14 @@
-"""Layers point one way: ``servesim_cli`` -> ``servesim_conformance`` -> ``servesim``.
+"""Layers point one way, between packages and inside the reference.
 
-The reference simulator must never depend on the suite or the command line (every other
-implementation's CI installs the suite, and the reference is the spec's executable twin), and
-the suite must not depend on the command line that sits above it.
+Between packages: ``servesim_cli`` -> ``servesim_conformance`` -> ``servesim``. The reference
+simulator must never depend on the suite or the command line (every other implementation's CI
+installs the suite, and the reference is the spec's executable twin), and the suite must not
+depend on the command line that sits above it.
+
+Inside the reference, by concern (README's module table): ``contract`` (documents, versions,
+canonical bytes, errors) below ``engine`` (the replay) below ``report`` (its bytes); the
+top-level ``replay`` and ``describe`` join them; ``tools`` (importers, calibration) sit above
+all of these, and nothing of the simulator imports a tool.
 """
 
 from __future__ import annotations
@@ -13,23 +19,43 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "reference" / "servesim"
 
 #: Package folder -> the packages above it, which it must never import.
 FORBIDDEN = {
-    ROOT / "reference" / "servesim": ("servesim_conformance", "servesim_cli"),
+    REFERENCE: ("servesim_conformance", "servesim_cli"),
     ROOT / "conformance" / "servesim_conformance": ("servesim_cli",),
 }
 
+_TOP = ("servesim.replay", "servesim.describe")
 
-def imported_packages(source: Path) -> set[str]:
-    """Top-level package of every import in a module, including imports inside functions."""
+#: Reference sub-package -> the modules above it (by dotted prefix), which it must never import.
+FORBIDDEN_INSIDE = {
+    "contract": ("servesim.engine", "servesim.report", "servesim.tools", *_TOP),
+    "engine": ("servesim.report", "servesim.tools", *_TOP),
+    "report": ("servesim.tools", *_TOP),
+    "tools": (),
+    "": ("servesim.tools",),  # servesim/__init__.py, replay.py, describe.py
+}
+
+
+def imported_modules(source: Path) -> set[str]:
+    """Every module named by an import in a module, including imports inside functions:
+    ``import a.b`` gives ``a.b``, ``from a.b import c`` gives ``a.b`` and ``a.b.c`` (``c`` may
+    be a module)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def imported_packages(source: Path) -> set[str]:
+    """Top-level package of every import in a module."""
+    return {name.split(".")[0] for name in imported_modules(source)}
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN), ids=lambda path: path.name)
@@ -42,11 +68,50 @@ def test_no_module_imports_a_package_above_it(package: Path) -> None:
     assert offenders == []
 
 
+def _layer(module: Path) -> str:
+    """The reference sub-package a module belongs to; ``""`` for the package's top level."""
+    parts = module.relative_to(REFERENCE).parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+def _is_under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN_INSIDE), ids=lambda name: name or "top")
+def test_no_reference_module_imports_a_layer_above_it(layer: str) -> None:
+    modules = [path for path in sorted(REFERENCE.rglob("*.py")) if _layer(path) == layer]
+    assert modules, f"no module in layer {layer!r}: the layout changed without this test"
+    offenders = [
+        f"{module.relative_to(ROOT)} imports {name}"
+        for module in modules
+        for name in sorted(imported_modules(module))
+        if any(_is_under(name, above) for above in FORBIDDEN_INSIDE[layer])
+    ]
+    assert offenders == []
+
+
+def test_every_reference_module_is_in_a_known_layer() -> None:
+    """A new sub-package gets its place in the layers before it gets code."""
+    layers = {_layer(path) for path in REFERENCE.rglob("*.py")}
+    assert layers <= set(FORBIDDEN_INSIDE)
+
+
 def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     """The scan finds imports hidden inside functions, as the old ``_cli.py`` had them."""
     module = tmp_path / "module.py"
     module.write_text("def run():\n    from servesim_conformance.cli import add_arguments\n")
     assert "servesim_conformance" in imported_packages(module)
+
+
+def test_the_check_sees_an_upward_import_between_layers(tmp_path: Path) -> None:
+    """``from servesim import report`` names the report layer as surely as
+    ``import servesim.report.writer`` does."""
+    module = tmp_path / "module.py"
+    module.write_text("from servesim import report\nimport servesim.tools.calibrate\n")
+    names = imported_modules(module)
+    assert any(_is_under(name, "servesim.report") for name in names)
+    assert any(_is_under(name, "servesim.tools") for name in names)
 
 
 def test_replay_loads_neither_the_suite_nor_other_commands() -> None:
@@ -60,7 +125,7 @@ def test_replay_loads_neither_the_suite_nor_other_commands() -> None:
         "from servesim_cli.main import build_parser, _chosen\n"
         "build_parser(_chosen(['replay', '--describe']))\n"
         "heavy = ('servesim_conformance', 'servesim_cli.sweep', 'servesim_cli.plot', "
-        "'servesim_cli.matrix', 'servesim.calibrate', 'matplotlib', 'hypothesis')\n"
+        "'servesim_cli.matrix', 'servesim.tools.calibrate', 'matplotlib', 'hypothesis')\n"
         "print(sorted(name for name in sys.modules if name.startswith(heavy)))\n"
     )
     completed = subprocess.run(

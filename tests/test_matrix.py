@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 from PIL import Image
 
-from servesim.errors import InvalidInput
+from servesim.contract.errors import InvalidInput
 from servesim_cli.main import main
 from servesim_conformance import matrix
 from servesim_conformance.matrix import OUTCOME_COLOURS, load_run_report, render_matrix

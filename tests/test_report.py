@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import servesim
-from servesim.nearest_rank import nearest_rank
-from servesim.report import ratio, statistics
+from servesim.contract.nearest_rank import nearest_rank
+from servesim.report.writer import ratio, statistics
 from tests.helpers import scenario_doc, timing_doc, workload_doc, write_inputs
 
 
@@ -107,8 +107,8 @@ def test_r8_r19_equal_arrivals_queue_in_document_order(tmp_path: Path) -> None:
 
 def _simulated(trace: bool) -> Any:
     """A small replay's simulation result (no cache), for the R52 writer tests to annotate."""
-    from servesim.documents import build_scenario, build_timing_profile, build_workload
-    from servesim.simulation import simulate
+    from servesim.contract.documents import build_scenario, build_timing_profile, build_workload
+    from servesim.engine.loop import simulate
 
     return simulate(
         build_scenario(scenario_doc(workers=2)),
@@ -119,8 +119,8 @@ def _simulated(trace: bool) -> Any:
 
 
 def _written(result: Any) -> tuple[bytes, dict[str, Any]]:
-    from servesim.documents import load_document
-    from servesim.report import report_chunks
+    from servesim.contract.documents import load_document
+    from servesim.report.writer import report_chunks
 
     inputs = {"scenario": b"s", "workload": b"w", "timing_profile": b"t"}
     data = b"".join(report_chunks(result, inputs))
@@ -141,8 +141,8 @@ def test_r52_without_a_cache_the_report_says_null_and_zero() -> None:
 def test_r52_the_cache_members_are_written_from_the_counters_in_canonical_order() -> None:
     """The byte templates put R52's members where RFC 8785 orders them, with the values the
     simulation's counters hold; the summary adds them up as R52 says."""
-    from servesim.canonical import canonical_bytes
-    from servesim.kv_cache import KvCacheCounters
+    from servesim.contract.canonical import canonical_bytes
+    from servesim.engine.kv_cache import KvCacheCounters
 
     result = _simulated(trace=True)
     result.workers[0].kv_counters = KvCacheCounters(7, 32, 1, 4)
@@ -189,10 +189,10 @@ def test_r27_itl_counted_per_step_equals_the_gaps_of_completed_requests(stop: in
     every golden case, and with a stop time (R62) that cuts some requests off."""
     from collections import Counter
 
-    from servesim.documents import build_scenario, build_timing_profile, build_workload
-    from servesim.errors import ServesimError
-    from servesim.report import _completed, itl_gaps
-    from servesim.simulation import simulate
+    from servesim.contract.documents import build_scenario, build_timing_profile, build_workload
+    from servesim.contract.errors import ServesimError
+    from servesim.engine.loop import simulate
+    from servesim.report.writer import _completed, itl_gaps
 
     checked = 0
     for case in GOLDEN_CASES:

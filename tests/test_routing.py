@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.model import Routing
-from servesim.routing import (
+from servesim.contract.model import Routing
+from servesim.engine.routing import (
     CacheAwareRouter,
     LeastLoadedRouter,
     LowestFirst,

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from servesim.documents import load_document
-from servesim.errors import InvalidInput
+from servesim.contract.documents import load_document
+from servesim.contract.errors import InvalidInput
 from servesim_conformance.evolution.strategies import documents
 from servesim_conformance.strategies import kv_input_triples
 from tests.helpers import (

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 
-from servesim.schemas import SUPPORTED_VERSIONS, schema_path
+from servesim.contract.schemas import SUPPORTED_VERSIONS, schema_path
 from servesim_conformance.strategies import timing_profiles
 from tests.helpers import REPO
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 import servesim
-from servesim.canonical import canonical_bytes
-from servesim.errors import UnrepresentableTime
-from servesim.migrations import CHAIN
+from servesim.contract.canonical import canonical_bytes
+from servesim.contract.errors import UnrepresentableTime
+from servesim.contract.migrations import CHAIN
 from tests.helpers import scenario_doc, timing_doc, write_inputs
 
 MAX_TIME_US = 2**53 - 1

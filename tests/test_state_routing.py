@@ -21,8 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim import simulation
-from servesim.model import (
+from servesim.contract.model import (
     KvCache,
     Request,
     Routing,
@@ -32,8 +31,9 @@ from servesim.model import (
     TimingProfile,
     Workload,
 )
-from servesim.simulation import SimulationResult, simulate
-from servesim.worker import CachingWorker, RequestState
+from servesim.engine import loop as simulation
+from servesim.engine.loop import SimulationResult, simulate
+from servesim.engine.worker import CachingWorker, RequestState
 
 PROFILE = TimingProfile(SyntheticLinearTiming(1_000_000, 10_000, 100_000))
 

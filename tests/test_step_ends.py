@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.step_ends import StepEndItems
-from servesim.token_times import TokenTimes
+from servesim.engine.step_ends import StepEndItems
+from servesim.engine.token_times import TokenTimes
 
 
 def _times(values: list[int]) -> TokenTimes:

@@ -270,7 +270,7 @@ def test_long_integers_are_told_from_long_digit_runs_in_strings(text: bytes, lon
 
 
 def test_replay_summary_does_not_import_jsonschema(tmp_path: Path) -> None:
-    """A valid report's sample is checked by servesim.validity: the explainer (a tenth of a
+    """A valid report's sample is checked by servesim.contract.validity: the explainer (a tenth of a
     second) and importlib.metadata are loaded only when needed."""
     paths = write_inputs(tmp_path, scenario_doc(), workload_doc(("a", 0, 10, 4)), timing_doc())
     arguments = [str(each) for each in replay_args(paths, tmp_path / "report.json")]

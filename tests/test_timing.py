@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.documents import build_timing_profile, load_document
-from servesim.errors import InvalidInput
-from servesim.model import Coverage, GridTiming, Interval, StepShape, interpolate
+from servesim.contract.documents import build_timing_profile, load_document
+from servesim.contract.errors import InvalidInput
+from servesim.contract.model import Coverage, GridTiming, Interval, StepShape, interpolate
 from servesim_conformance.corpus import INPUT_FILES
 from tests.helpers import (
     EXAMPLES,

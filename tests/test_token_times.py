@@ -8,7 +8,7 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.token_times import TokenTimes
+from servesim.engine.token_times import TokenTimes
 
 #: (gap before the first new token, step, count): a sequence of appends and progressions.
 operations = st.lists(

@@ -1,4 +1,5 @@
-"""R63's ``summary.tpot_us`` (``servesim.tpot``, which the report 4.0 -> 5.0 migration uses):
+"""R63's ``summary.tpot_us`` (``servesim.contract.tpot``, which the report 4.0 -> 5.0 migration
+uses):
 R27 over exact rationals, each reported value rounded once (R24)."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.report import tpot_statistics as report_tpot_statistics
-from servesim.tpot import tpot_sample, tpot_statistics
+from servesim.contract.tpot import tpot_sample, tpot_statistics
+from servesim.report.writer import tpot_statistics as report_tpot_statistics
 
 
 def test_r63_samples_are_chosen_by_exact_value_and_the_mean_is_rounded_once() -> None:

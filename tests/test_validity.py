@@ -1,6 +1,7 @@
 """R3: the fast validator (jsonschema-rs) decides as jsonschema does wherever it is asked.
 
-``servesim.validity`` only says whether a document is valid; ``jsonschema`` explains an invalid
+``servesim.contract.validity`` only says whether a document is valid; ``jsonschema`` explains an
+invalid
 one. A fast "valid" for a document jsonschema rejects would let a bad input through without a
 message, so the agreement is checked on every golden document, on documents drawn from the
 schemas, and on golden documents with one member changed to a value where the two validators'
@@ -19,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim import validity
-from servesim.documents import (
+from servesim.contract import validity
+from servesim.contract.documents import (
     check_header,
     has_long_digit_run,
     load_document,
@@ -28,8 +29,8 @@ from servesim.documents import (
     read_json,
     schema_problems,
 )
-from servesim.errors import InvalidInput
-from servesim.schemas import SUPPORTED_VERSIONS, load_schema
+from servesim.contract.errors import InvalidInput
+from servesim.contract.schemas import SUPPORTED_VERSIONS, load_schema
 from servesim_conformance.evolution.strategies import documents
 from tests.helpers import REPO
 
@@ -202,7 +203,7 @@ def test_a_valid_document_is_read_without_importing_jsonschema() -> None:
     """The explainer is loaded only for an invalid document (a tenth of a second per run)."""
     path = REPO / "golden" / "valid" / "smoke-one-request" / "workload.json"
     code = (
-        "import sys; from servesim.documents import read_document; "
+        "import sys; from servesim.contract.documents import read_document; "
         f"read_document({str(path)!r}); print('jsonschema' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

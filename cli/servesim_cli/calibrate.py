@@ -7,14 +7,14 @@ import os
 import sys
 from pathlib import Path
 
-from servesim.canonical import write_all_atomically
-from servesim.errors import ServesimError
+from servesim.contract.canonical import write_all_atomically
+from servesim.contract.errors import ServesimError
 from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import int_between, report_invalid, same_file
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    from servesim.calibrate import MIN_GRID_POINTS, MIN_KNOTS
+    from servesim.tools.calibrate import MIN_GRID_POINTS, MIN_KNOTS
 
     parser.add_argument(
         "measurements",
@@ -62,7 +62,7 @@ def _outputs(arguments: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    from servesim.calibrate import (
+    from servesim.tools.calibrate import (
         CalibrateOptions,
         InvalidMeasurements,
         calibrate,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from servesim.errors import InputProblem, InvalidInput, ServesimError
+from servesim.contract.errors import InputProblem, InvalidInput, ServesimError
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.figures import Figure, ReportFigures, Value, flat_figures, read_figures
 from servesim_cli.messages import non_negative_fraction, report_invalid

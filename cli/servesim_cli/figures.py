@@ -37,18 +37,18 @@ from typing import Any, BinaryIO, TypeGuard
 
 import orjson
 
-from servesim import validity
-from servesim.admission import REJECT_REASONS
-from servesim.canonical import canonical_json
-from servesim.documents import (
+from servesim.contract import validity
+from servesim.contract.canonical import canonical_json
+from servesim.contract.documents import (
     check_header,
     parse_json,
     plain_numbers,
     pointer,
     schema_problems,
 )
-from servesim.errors import InputProblem, InvalidInput
-from servesim.nearest_rank import PERCENTILES
+from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.nearest_rank import PERCENTILES
+from servesim.engine.admission import REJECT_REASONS
 
 __all__ = [
     "Figure",
@@ -530,7 +530,8 @@ def _check(value: dict[str, Any], version: str, file: str) -> None:
     the rest); ``_tpot_statistics`` checks what it reads of those."""
     requests = value.get("requests")
     sample = {**value, "requests": requests[:1]} if isinstance(requests, list) else value
-    # A valid sample is recognised fast (servesim.validity); only an invalid one is explained.
+    # A valid sample is recognised fast (servesim.contract.validity); only an invalid one is
+    # explained.
     if plain_numbers(sample) and validity.is_valid(sample, "report", version):
         return
     problems = schema_problems(sample, "report", version, file)

@@ -40,7 +40,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_reports(paths: list[Path]) -> list[RunReport]:
     """Every report, or ``InvalidInput`` naming every bad one (not only the first)."""
-    from servesim.errors import InputProblem, InvalidInput
+    from servesim.contract.errors import InputProblem, InvalidInput
     from servesim_conformance.matrix import read_run_report
 
     reports: list[RunReport] = []
@@ -56,8 +56,8 @@ def _read_reports(paths: list[Path]) -> list[RunReport]:
 
 
 def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int:
-    from servesim.canonical import write_atomically
-    from servesim.errors import InvalidInput
+    from servesim.contract.canonical import write_atomically
+    from servesim.contract.errors import InvalidInput
     from servesim_cli.messages import report_invalid, same_file
     from servesim_conformance.matrix import DEFAULT_TITLE, render_matrix
 

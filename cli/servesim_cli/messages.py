@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Iterable
 from fractions import Fraction
 
-from servesim.canonical import write_atomically
-from servesim.errors import InvalidInput, ServesimError
+from servesim.contract.canonical import write_atomically
+from servesim.contract.errors import InvalidInput, ServesimError
 from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK
 
 #: The output path that means standard output.

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from servesim.canonical import write_all_atomically
-from servesim.errors import ServesimError
+from servesim.contract.canonical import write_all_atomically
+from servesim.contract.errors import ServesimError
 from servesim_cli import series
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import positive_int, report_invalid

@@ -7,11 +7,11 @@ import json
 import os
 import sys
 
+from servesim.contract.documents import Document
+from servesim.contract.errors import OutOfCoverage, ServesimError
 from servesim.describe import description
-from servesim.documents import Document
-from servesim.errors import OutOfCoverage, ServesimError
+from servesim.engine.loop import ProgressCallback
 from servesim.replay import read_inputs, replay_chunks
-from servesim.simulation import ProgressCallback
 from servesim_cli.collector import cyclic_collection_paused
 from servesim_cli.command import (
     EXIT_INVALID_INPUT,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servesim.documents import check_header, parse_json, pointer, read_input_bytes
-from servesim.errors import InputProblem, InvalidInput
+from servesim.contract.documents import check_header, parse_json, pointer, read_input_bytes
+from servesim.contract.errors import InputProblem, InvalidInput
 
 #: The number of bins a series gets when no width is asked for.
 DEFAULT_BINS = 200

@@ -13,7 +13,7 @@ import sys
 from fractions import Fraction
 from typing import Any
 
-from servesim.errors import ServesimError
+from servesim.contract.errors import ServesimError
 from servesim_cli.command import EXIT_OK, Command
 from servesim_cli.figures import (
     ReportFigures,

@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from servesim.canonical import write_all_atomically
-from servesim.documents import MAX_LISTED_PROBLEMS
-from servesim.errors import InputProblem, InvalidInput, ServesimError
+from servesim.contract.canonical import write_all_atomically
+from servesim.contract.documents import MAX_LISTED_PROBLEMS
+from servesim.contract.errors import InputProblem, InvalidInput, ServesimError
 from servesim.replay import read_inputs
 from servesim_cli import sweep_output
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command

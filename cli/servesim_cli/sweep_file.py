@@ -18,8 +18,8 @@ from typing import Any
 
 import jsonschema
 
-from servesim.documents import as_json, parse_json, pointer, read_input_bytes
-from servesim.errors import InputProblem, InvalidInput
+from servesim.contract.documents import as_json, parse_json, pointer, read_input_bytes
+from servesim.contract.errors import InputProblem, InvalidInput
 
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "sweep.schema.json"
 

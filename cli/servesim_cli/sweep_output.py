@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from servesim.canonical import canonical_json
+from servesim.contract.canonical import canonical_json
 from servesim_cli.sweep_file import Setting, SweepPlan, Target, routing_member, show
 from servesim_cli.sweep_run import RESULT_COLUMNS, PointResult
 from servesim_cli.sweep_search import Search, meets

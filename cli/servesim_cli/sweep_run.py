@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from servesim.canonical import canonical_json
-from servesim.documents import Document, load_document
-from servesim.errors import OutOfCoverage, ServesimError, UnrepresentableTime
-from servesim.model import STATE_AWARE_POLICIES
+from servesim.contract.canonical import canonical_json
+from servesim.contract.documents import Document, load_document
+from servesim.contract.errors import OutOfCoverage, ServesimError, UnrepresentableTime
+from servesim.contract.model import STATE_AWARE_POLICIES
 from servesim.replay import replay_documents
 from servesim_cli.sweep_file import Point, routing_member
 

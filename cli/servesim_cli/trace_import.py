@@ -9,9 +9,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TextIO
 
-from servesim.documents import load_document
-from servesim.errors import ServesimError
-from servesim.importers import (
+from servesim.contract.documents import load_document
+from servesim.contract.errors import ServesimError
+from servesim.tools.importers import (
     MAX_HASH_BLOCK_TOKENS,
     MOONCAKE_HASH_BLOCK_TOKENS,
     READERS,
@@ -22,7 +22,7 @@ from servesim.importers import (
     select,
     workload_bytes,
 )
-from servesim.weka_sessions import weka_records
+from servesim.tools.weka_sessions import weka_records
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import (
     STANDARD_OUTPUT,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from servesim.documents import Document, check_pair, read_document
-from servesim.errors import ServesimError
+from servesim.contract.documents import Document, check_pair, read_document
+from servesim.contract.errors import ServesimError
 from servesim_cli.command import EXIT_OK, Command
 from servesim_cli.messages import report_invalid
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import servesim
-from servesim.documents import load_document
-from servesim.errors import InvalidInput, ServesimError
-from servesim.migrations import CHAIN
+from servesim.contract.documents import load_document
+from servesim.contract.errors import InvalidInput, ServesimError
+from servesim.contract.migrations import CHAIN
 from servesim_conformance.agreement import Comparison, compare, figures, pooled
 from servesim_conformance.corpus import INPUT_FILES, Case, Expect
 from servesim_conformance.implementation import Description, HarnessError, Implementation

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from servesim import __version__
-from servesim.canonical import write_atomically
+from servesim.contract.canonical import write_atomically
 from servesim_conformance.agreement_run import (
     DEFAULT_GENERATED,
     DEFAULT_SEED,

@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from servesim.canonical import canonical_json
+from servesim.contract.canonical import canonical_json
 
 
 class Kind(enum.Enum):

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from servesim.migrations import version_key
-from servesim.schemas import SUPPORTED_VERSIONS
+from servesim.contract.migrations import version_key
+from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.features import unknown_features_message
 from servesim_conformance.schemas import validate_harness_document
 

@@ -24,9 +24,9 @@ from urllib.parse import quote
 
 import jsonschema
 
-from servesim.documents import parse_json, pointer
-from servesim.errors import InputProblem, InvalidInput
-from servesim.schemas import schema_root
+from servesim.contract.documents import parse_json, pointer
+from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.schemas import schema_root
 from servesim_conformance.outcomes import Outcome
 from servesim_conformance.schemas import harness_schema
 

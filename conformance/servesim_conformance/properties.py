@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import servesim
-from servesim.canonical import canonical_bytes
-from servesim.migrations import CHAIN
-from servesim.schemas import SUPPORTED_VERSIONS
+from servesim.contract.canonical import canonical_bytes
+from servesim.contract.migrations import CHAIN
+from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES
 from servesim_conformance.implementation import Description, Implementation, Run
 from servesim_conformance.runner import REPORT_NAME, replay_arguments

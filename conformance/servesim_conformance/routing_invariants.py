@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from servesim.routing import SplitMix64
+from servesim.engine.routing import SplitMix64
 from servesim_conformance.kv_invariants import cache_of, identified_blocks
 from servesim_conformance.violations import Document, require
 

@@ -15,11 +15,11 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from servesim.canonical import canonical_bytes
-from servesim.documents import load_document
-from servesim.errors import InvalidInput
-from servesim.migrations import CHAIN
-from servesim.schemas import SUPPORTED_VERSIONS
+from servesim.contract.canonical import canonical_bytes
+from servesim.contract.documents import load_document
+from servesim.contract.errors import InvalidInput
+from servesim.contract.migrations import CHAIN
+from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.compare import first_difference
 from servesim_conformance.corpus import Case, Expect
 from servesim_conformance.features import ADDITIVE, expected_without

@@ -8,8 +8,8 @@ from typing import Any
 
 import jsonschema
 
-from servesim.documents import pointer
-from servesim.schemas import schema_root
+from servesim.contract.documents import pointer
+from servesim.contract.schemas import schema_root
 
 #: The folder of the harness's working schemas: the newest protocol's. Its documents describe
 #: every protocol the harness speaks (the describe schema accepts protocol 1 as well as 2), so

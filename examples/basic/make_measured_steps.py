@@ -13,9 +13,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from servesim.documents import build_timing_profile, read_document
-from servesim.model import StepShape, TimingModel
-from servesim.routing import SplitMix64
+from servesim.contract.documents import build_timing_profile, read_document
+from servesim.contract.model import StepShape, TimingModel
+from servesim.engine.routing import SplitMix64
 
 HERE = Path(__file__).resolve().parent
 

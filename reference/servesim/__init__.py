@@ -9,10 +9,10 @@ named in the module that implements it.
 
 from __future__ import annotations
 
-from servesim.documents import load_document, read_document
-from servesim.errors import InputProblem, InvalidInput, ServesimError, UnrepresentableTime
+from servesim.contract.documents import load_document, read_document
+from servesim.contract.errors import InputProblem, InvalidInput, ServesimError, UnrepresentableTime
+from servesim.engine.loop import simulate
 from servesim.replay import replay, replay_documents
-from servesim.simulation import simulate
 
 
 def __getattr__(name: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servesim.schemas import SUPPORTED_VERSIONS, WRITTEN_REPORT_VERSIONS
+from servesim.contract.schemas import SUPPORTED_VERSIONS, WRITTEN_REPORT_VERSIONS
 
 #: The harness protocol this implementation speaks (conformance/README.md).
 PROTOCOL_VERSION = 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from servesim.documents import (
+from servesim.contract.documents import (
     Document,
     build_scenario,
     build_timing_profile,
@@ -14,9 +14,9 @@ from servesim.documents import (
     pair_problems,
     read_document,
 )
-from servesim.errors import InputProblem, InvalidInput
-from servesim.report import report_chunks
-from servesim.simulation import ProgressCallback, simulate
+from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.engine.loop import ProgressCallback, simulate
+from servesim.report.writer import report_chunks
 
 
 def replay_documents(

@@ -9,7 +9,8 @@ objectives); the versions after it are made up:
 
 The real schemas in ``schemas/`` are not touched: these files stand in for what a pull request
 would put in ``schemas/v1/`` and ``schemas/v2/``. ``CHAIN`` is the migration chain such a pull
-request would add to ``servesim.migrations``, and ``load_scenario_2_0`` is what an implementation
+request would add to ``servesim.contract.migrations``, and ``load_scenario_2_0`` is what an
+implementation
 that reads 2.0 does with a 2.0 file, so that replaying a migrated document can be compared with
 replaying the original.
 """
@@ -23,10 +24,10 @@ from typing import Any
 
 import jsonschema
 
-from servesim.documents import Document, parse_json, pointer, semantic_problems
-from servesim.errors import InputProblem, InvalidInput
-from servesim.migrations import CHAIN as REFERENCE_CHAIN
-from servesim.migrations import Migration, MigrationChain, relabel
+from servesim.contract.documents import Document, parse_json, pointer, semantic_problems
+from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.migrations import CHAIN as REFERENCE_CHAIN
+from servesim.contract.migrations import Migration, MigrationChain, relabel
 
 HERE = Path(__file__).parent
 SCENARIO_1_4 = HERE / "scenario-1.4.schema.json"

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from servesim import __version__, replay
-from servesim.canonical import canonical_json
+from servesim.contract.canonical import canonical_json
+from servesim.contract.model import StepShape
 from servesim.describe import description
-from servesim.model import StepShape
 from servesim_cli.main import main as reference_main
 
 #: Modes that run the reference unchanged (they differ in their --describe answer only).
@@ -135,7 +135,7 @@ def late_by_microseconds(report: bytes) -> bytes:
 
 def floor_rounding(arguments: list[str]) -> int:
     """A plausible bug: R22 rounded down instead of up."""
-    from servesim.model import SyntheticLinearTiming
+    from servesim.contract.model import SyntheticLinearTiming
 
     def floor_duration(self: SyntheticLinearTiming, shape: StepShape) -> int:
         total = (

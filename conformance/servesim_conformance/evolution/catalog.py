@@ -26,7 +26,7 @@ from typing import Any
 
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS  # type: ignore[import-untyped]
 
-from servesim.migrations import version_key
+from servesim.contract.migrations import version_key
 from servesim_conformance.evolution.oracle import latest_version, version_values
 from servesim_conformance.evolution.roles import kind_of
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from servesim_conformance.evolution.model import DEFAULT_EXAMPLES
 
 if TYPE_CHECKING:
-    from servesim.documents import ParsedJson
-    from servesim.migrations import MigrationChain
+    from servesim.contract.documents import ParsedJson
+    from servesim.contract.migrations import MigrationChain
     from servesim_conformance.evolution.model import Comparison, Direction
 
 EXIT_OK = 0
@@ -34,7 +34,7 @@ EXIT_UNDECIDED = 2
 
 class Check(Protocol):
     """What ``migrate`` checks a migrated document with: its bytes, file name and kind, and
-    the bytes already parsed (``servesim.documents.read_json``) when the document needed no
+    the bytes already parsed (``servesim.contract.documents.read_json``) when the document needed no
     step, so that a large current document is not parsed twice. It raises ``InvalidInput``
     when the result is not a valid document of its new version."""
 
@@ -242,14 +242,14 @@ def _schemas_folder(argument: Path | None) -> Path:
         candidate = Path(completed.stdout.strip()) / "schemas"
         if (candidate / "released").is_dir():
             return candidate
-    from servesim.schemas import schema_root
+    from servesim.contract.schemas import schema_root
 
     return schema_root()
 
 
 def _review(arguments: argparse.Namespace, chain: MigrationChain | None = None) -> int:
-    from servesim.canonical import write_atomically
-    from servesim.migrations import CHAIN
+    from servesim.contract.canonical import write_atomically
+    from servesim.contract.migrations import CHAIN
     from servesim_conformance.evolution.catalog import (
         CatalogError,
         describe_revision,
@@ -297,7 +297,7 @@ def run_schema(arguments: argparse.Namespace) -> int:
 
 def reference_check(data: bytes, file: str, kind: str, parsed: ParsedJson | None = None) -> None:
     """Check a migrated document as ``servesim validate`` would (R1 to R4)."""
-    from servesim.documents import check_document, read_json
+    from servesim.contract.documents import check_document, read_json
 
     check_document(parsed if parsed is not None else read_json(data, file), data, file, kind)
 
@@ -315,9 +315,9 @@ def migrate_file(
     The result is checked (``check``) before anything is written, so a migration never leaves
     a document its new version rejects.
     """
-    from servesim.canonical import write_atomically
-    from servesim.documents import read_json
-    from servesim.errors import InvalidInput
+    from servesim.contract.canonical import write_atomically
+    from servesim.contract.documents import read_json
+    from servesim.contract.errors import InvalidInput
 
     try:
         try:
@@ -360,14 +360,14 @@ def migrate_file(
 
 
 def _problem(file: str, message: str) -> Any:
-    from servesim.errors import InputProblem
+    from servesim.contract.errors import InputProblem
 
     return InputProblem(file, "", message)
 
 
 def run_migrate(arguments: argparse.Namespace) -> int:
     """Run ``servesim migrate`` with the reference's chain; the exit code."""
-    from servesim.migrations import CHAIN
+    from servesim.contract.migrations import CHAIN
 
     return migrate_file(
         arguments.file,

@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 
-from servesim.migrations import version_key
+from servesim.contract.migrations import version_key
 from servesim_conformance.evolution.keywords import ALIASES
 from servesim_conformance.evolution.model import Rejection
 from servesim_conformance.evolution.pointers import child, index_nodes

@@ -12,8 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from servesim.errors import InvalidInput
-from servesim.migrations import MigrationChain, version_key
+from servesim.contract.errors import InvalidInput
+from servesim.contract.migrations import MigrationChain, version_key
 from servesim_conformance.evolution.catalog import SchemaFile
 from servesim_conformance.evolution.model import Comparison, Verdict
 from servesim_conformance.evolution.oracle import version_values
@@ -41,7 +41,8 @@ def _migration(chain: MigrationChain, kind: str, base: str, head: str) -> Findin
     except InvalidInput:
         return Finding(
             Level.VIOLATION,
-            f"no migration from {base} to {head}: add the step to servesim.migrations (R37)",
+            f"no migration from {base} to {head}: "
+            "add the step to servesim.contract.migrations (R37)",
         )
     described = "; ".join(f"{step.source} -> {step.target}: {step.summary}" for step in steps)
     return Finding(Level.OK, f"migration {base} -> {head}: {described}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servesim.migrations import MigrationChain
+from servesim.contract.migrations import MigrationChain
 from servesim_conformance.evolution.catalog import (
     RELEASED,
     SUMS,

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from servesim.canonical import canonical_bytes, write_atomically
-from servesim.documents import read_document
-from servesim.errors import InvalidInput
+from servesim.contract.canonical import canonical_bytes, write_atomically
+from servesim.contract.documents import read_document
+from servesim.contract.errors import InvalidInput
 from servesim_dynamo import NAME, dynamo_runtime
 from servesim_dynamo.kv import check_kv_cache
 from servesim_dynamo.mapping import (

@@ -16,8 +16,8 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from servesim.admission import REJECT_REASONS
-from servesim.report import (
+from servesim.engine.admission import REJECT_REASONS
+from servesim.report.writer import (
     digest,
     ratio,
     statistics,

@@ -15,13 +15,13 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from servesim.admission import rejection_reason
-from servesim.arrivals import Arrivals, Release
-from servesim.errors import OutOfCoverage, UnrepresentableArrival, UnrepresentableTime
-from servesim.kv_cache import HashPrefixes
-from servesim.model import Scenario, Slo, SyntheticLinearTiming, TimingProfile, Workload
-from servesim.routing import make_router
-from servesim.worker import (
+from servesim.contract.errors import OutOfCoverage, UnrepresentableArrival, UnrepresentableTime
+from servesim.contract.model import Scenario, Slo, SyntheticLinearTiming, TimingProfile, Workload
+from servesim.engine.admission import rejection_reason
+from servesim.engine.arrivals import Arrivals, Release
+from servesim.engine.kv_cache import HashPrefixes
+from servesim.engine.routing import make_router
+from servesim.engine.worker import (
     CachingWorker,
     FirstBlocks,
     RequestState,

@@ -1,6 +1,7 @@
 """The validated input documents, as plain immutable data.
 
-These classes are built only by ``servesim.documents`` after a document has passed its schema and
+These classes are built only by ``servesim.contract.documents`` after a document has passed its
+schema and
 the semantic checks of SPEC.md R4, so the simulator never re-checks them.
 """
 
@@ -296,7 +297,8 @@ class GridTiming:
         """The largest context up to which ``shape``'s D and P last as long as ``shape`` does.
 
         Every context from ``shape.context_tokens`` to the result (inclusive) gives the same
-        duration, so a decode run (``servesim.worker.measured_decode_run``) times a whole stretch
+        duration, so a decode run (``servesim.engine.worker.measured_decode_run``) times a whole
+        stretch
         of its steps at once. Within one cell of the context axis the duration changes only when
         one of R41's rounded distances along context does (``rounding_extent``); a context on a
         grid point is a stretch of its own. Sometimes short: a stretch may have the same duration

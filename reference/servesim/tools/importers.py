@@ -23,7 +23,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from servesim.errors import ServesimError
+from servesim.contract.errors import ServesimError
 
 MICROSECONDS_PER_SECOND = 1_000_000
 

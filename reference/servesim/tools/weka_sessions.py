@@ -24,9 +24,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from servesim.documents import parse_json, pointer, read_input_bytes
-from servesim.errors import InputProblem, InvalidInput
-from servesim.importers import MAX_TIME_US, TraceRecord
+from servesim.contract.documents import parse_json, pointer, read_input_bytes
+from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.tools.importers import MAX_TIME_US, TraceRecord
 
 MICROSECONDS_PER_SECOND = 1_000_000
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from servesim.nearest_rank import ranked_statistics
+from servesim.contract.nearest_rank import ranked_statistics
 
 
 def tpot_sample(first_token_us: int, completion_us: int, output_tokens: int) -> tuple[int, int]:

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Collection
 from typing import Protocol
 
-from servesim.model import Routing
+from servesim.contract.model import Routing
 
 _MASK64 = (1 << 64) - 1
 

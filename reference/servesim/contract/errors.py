@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from servesim.model import Coverage, StepShape
+    from servesim.contract.model import Coverage, StepShape
 
 
 @dataclass(frozen=True, order=True)

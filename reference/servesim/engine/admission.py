@@ -7,7 +7,7 @@ routing turn or random draw.
 
 from __future__ import annotations
 
-from servesim.model import KvCache, Request, SchedulerLimits
+from servesim.contract.model import KvCache, Request, SchedulerLimits
 
 #: Every reject reason, in the order R10 tests them; the first that applies is reported.
 REJECT_REASONS: tuple[str, ...] = (

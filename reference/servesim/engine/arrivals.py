@@ -4,14 +4,14 @@ Without sessions or a closed loop every arrival is known at the start (R8). A se
 k > 0 is released when turn k - 1 ends (R59), and under a closed loop a unit (a session, or a
 request without one) is released when an earlier unit ends (R61). This module says which
 arrivals are known, and what each terminal state releases; the event loop
-(``servesim.simulation``) puts them in its queue, keyed by workload position (R60).
+(``servesim.engine.loop``) puts them in its queue, keyed by workload position (R60).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from servesim.model import ClosedLoop, Workload
+from servesim.contract.model import ClosedLoop, Workload
 
 Release = tuple[int, int]
 """``(position, arrival_us)``: the request at that workload position arrives at that time."""

@@ -15,7 +15,7 @@ import bisect
 
 import orjson
 
-from servesim.token_times import TokenTimes
+from servesim.engine.token_times import TokenTimes
 
 #: Tokens per step at or above which a worker's step ends are written once and sliced. Below,
 #: the ends' text would be about as large as the requests' own times, and most would be written

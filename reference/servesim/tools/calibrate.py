@@ -29,16 +29,16 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
-from servesim.canonical import canonical_json
-from servesim.documents import (
+from servesim.contract.canonical import canonical_json
+from servesim.contract.documents import (
     MAX_LISTED_PROBLEMS,
     build_timing_profile,
     load_document,
     parse_json,
     schema_problems,
 )
-from servesim.errors import InputProblem, InvalidInput, ServesimError
-from servesim.model import (
+from servesim.contract.errors import InputProblem, InvalidInput, ServesimError
+from servesim.contract.model import (
     SHAPE_DIMENSIONS,
     Coverage,
     GridTiming,
@@ -48,9 +48,9 @@ from servesim.model import (
     StepShape,
     TimingModel,
 )
-from servesim.nearest_rank import nearest_rank
-from servesim.routing import SplitMix64
-from servesim.schemas import load_schema
+from servesim.contract.nearest_rank import nearest_rank
+from servesim.contract.schemas import load_schema
+from servesim.engine.routing import SplitMix64
 
 #: The percentiles of the error the summary reports (R44 step 4).
 ERROR_PERCENTILES: tuple[int, ...] = (50, 95, 99)

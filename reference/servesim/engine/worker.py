@@ -1,9 +1,9 @@
 """One worker's continuous-batching scheduler: how a step is formed and what it does.
 
-SPEC.md section 5. A worker is data: the event loop in ``servesim.simulation`` calls
+SPEC.md section 5. A worker is data: the event loop in ``servesim.engine.loop`` calls
 ``plan_step`` when the worker schedules and ``complete_step`` when its step ends. A worker with
 a KV cache is a ``CachingWorker`` (section 11, R50 and R51), whose cache is in
-``servesim.kv_cache``.
+``servesim.engine.kv_cache``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from servesim.kv_cache import (
+from servesim.contract.model import KvCache, MeasuredTiming, Request, SchedulerLimits, StepShape
+from servesim.engine.kv_cache import (
     NO_IDENTITIES,
     BlockCache,
     BlockIdentities,
@@ -22,9 +23,8 @@ from servesim.kv_cache import (
     KvCacheCounters,
     block_identities,
 )
-from servesim.model import KvCache, MeasuredTiming, Request, SchedulerLimits, StepShape
-from servesim.step_ends import slicing_pays
-from servesim.token_times import Segment, TokenTimes
+from servesim.engine.step_ends import slicing_pays
+from servesim.engine.token_times import Segment, TokenTimes
 
 
 @dataclass(slots=True, eq=False)
@@ -332,7 +332,8 @@ class Worker:
         self.output_tokens = 0
         self.step_ends: TokenTimes | None = TokenTimes()
         """When each of its steps ended, in order: the report writes its requests' token times
-        as slices of these (``servesim.step_ends``); ``None`` once it is clear that too few of
+        as slices of these (``servesim.engine.step_ends``); ``None`` once it is clear that too few
+        of
         its requests decode together for that to pay (``_keep_step_ends``)."""
         self.itl_gaps: Counter[int] = Counter()
         """R27's ITL samples of the tokens this worker produced, gap -> how many, counted as

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from jsonpointer import JsonPointer
 
-from servesim import validity
-from servesim.errors import InputProblem, InvalidInput
-from servesim.model import (
+from servesim.contract import validity
+from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.model import (
     SHAPE_DIMENSIONS,
     ClosedLoop,
     Coverage,
@@ -38,7 +38,7 @@ from servesim.model import (
     TimingProfile,
     Workload,
 )
-from servesim.schemas import SUPPORTED_VERSIONS, load_schema
+from servesim.contract.schemas import SUPPORTED_VERSIONS, load_schema
 
 if TYPE_CHECKING:
     import jsonschema
@@ -129,12 +129,12 @@ def parse_json(data: bytes, file: str) -> Any:
 
 @dataclass(frozen=True)
 class ParsedJson:
-    """A document's parsed value (R1), and whether ``servesim.validity`` may judge it."""
+    """A document's parsed value (R1), and whether ``servesim.contract.validity`` may judge it."""
 
     value: Any
     plain_numbers: bool
     """No integer stand-in (``_OversizedInteger``) and no float literal whose value is integral
-    or infinite: ``servesim.validity`` may decide this value's validity."""
+    or infinite: ``servesim.contract.validity`` may decide this value's validity."""
 
 
 #: Every ASCII digit as "0", so that a run of digits is found with one ``bytes.find``.
@@ -152,7 +152,7 @@ def has_long_digit_run(data: bytes, longer_than: int = _MAX_INTEGER_DIGITS) -> b
 
 
 def read_json(data: bytes, file: str) -> ParsedJson:
-    """``parse_json``, noting what ``servesim.validity`` needs to know of the numbers."""
+    """``parse_json``, noting what ``servesim.contract.validity`` needs to know of the numbers."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -203,7 +203,7 @@ def read_json(data: bytes, file: str) -> ParsedJson:
 def plain_numbers(value: Any) -> bool:
     """``ParsedJson.plain_numbers`` for a value parsed some other way: no float that is integral
     or infinite (which only ``jsonschema`` with servesim's type checker judges as R1 asks) and
-    no integer stand-in, so ``servesim.validity`` may decide it. Walks the whole value: for
+    no integer stand-in, so ``servesim.contract.validity`` may decide it. Walks the whole value: for
     small ones (a report without its requests)."""
     pending = [value]
     while pending:
@@ -319,7 +319,7 @@ def _ecma_pattern(
 @cache
 def _validator(kind: str, version: str) -> Any:
     """The validator that explains (``jsonschema``): imported only when a document needs it,
-    since a valid one is decided by ``servesim.validity`` and the import takes a tenth of a
+    since a valid one is decided by ``servesim.contract.validity`` and the import takes a tenth of a
     second of every replay."""
     import jsonschema
 
@@ -757,7 +757,8 @@ def check_document(
     """R2 to R4 for the document ``read_json`` made of ``data``: ``load_document`` for a
     caller that has parsed the bytes already (``servesim migrate``), so they are read once.
 
-    A valid document is recognised by ``servesim.validity`` (fast); only one it does not accept
+    A valid document is recognised by ``servesim.contract.validity`` (fast); only one it does not
+    accept
     is explained by ``schema_problems`` (``jsonschema``), so the messages are the same either way.
     """
     value = parsed.value

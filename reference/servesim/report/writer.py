@@ -12,15 +12,15 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from servesim.admission import REJECT_REASONS
-from servesim.canonical import canonical_bytes, encoded_array
-from servesim.kv_cache import KvCacheCounters
-from servesim.model import Slo
-from servesim.nearest_rank import ranked_statistics
-from servesim.simulation import SimulationResult
-from servesim.step_ends import StepEndItems, slicing_pays
-from servesim.tpot import tpot_statistics
-from servesim.worker import RequestState, Step, Worker
+from servesim.contract.canonical import canonical_bytes, encoded_array
+from servesim.contract.model import Slo
+from servesim.contract.nearest_rank import ranked_statistics
+from servesim.contract.tpot import tpot_statistics
+from servesim.engine.admission import REJECT_REASONS
+from servesim.engine.kv_cache import KvCacheCounters
+from servesim.engine.loop import SimulationResult
+from servesim.engine.step_ends import StepEndItems, slicing_pays
+from servesim.engine.worker import RequestState, Step, Worker
 
 
 def ratio(numerator: int, denominator: int) -> float | None:
@@ -117,7 +117,7 @@ def _request_entry(
 ) -> bytes:
     """R26: one request's line in the report, as canonical bytes; ``session`` is its R64
     member's bytes; ``times`` its token times' JSON items when the caller has them
-    (``servesim.step_ends``).
+    (``servesim.engine.step_ends``).
 
     Filled into a byte template, like a trace entry, instead of serialised from a dictionary:
     the request lines hold every token time, most of a report's bytes.
@@ -369,7 +369,7 @@ def _trace(steps: list[Step]) -> Iterator[bytes]:
 
 def _step_end_items(workers: list[Worker]) -> dict[int, StepEndItems]:
     """The workers whose requests' token times are sliced from their step ends: those that
-    kept them and gave enough tokens a step (``servesim.step_ends.slicing_pays``)."""
+    kept them and gave enough tokens a step (``servesim.engine.step_ends.slicing_pays``)."""
     return {
         worker.index: StepEndItems(worker.step_ends)
         for worker in workers

@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from servesim.errors import InputProblem, InvalidInput
-from servesim.schemas import SUPPORTED_VERSIONS
-from servesim.tpot import tpot_sample, tpot_statistics
+from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.schemas import SUPPORTED_VERSIONS
+from servesim.contract.tpot import tpot_sample, tpot_statistics
 
 #: A migration step: a document at ``source`` in, a new document at ``target`` out.
 Upgrade = Callable[[Mapping[str, Any]], dict[str, Any]]

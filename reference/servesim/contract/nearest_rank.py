@@ -1,8 +1,8 @@
 """R27's statistics: count, min, max, mean and nearest-rank percentiles of counted samples.
 
 One place for the rule, whatever the samples are: the integer latencies of the report
-(``servesim.report.statistics_of_counts``) and R63's exact rational TPOT samples
-(``servesim.tpot``), which are ordered by exact value and rounded only when shown.
+(``servesim.report.writer.statistics_of_counts``) and R63's exact rational TPOT samples
+(``servesim.contract.tpot``), which are ordered by exact value and rounded only when shown.
 """
 
 from __future__ import annotations

@@ -33,10 +33,10 @@ _SCHEMA_FILES = {
 
 def schema_root() -> Path:
     """The folder holding ``v1/`` and the other version folders."""
-    packaged = Path(__file__).parent / "schemas"
+    packaged = Path(__file__).parents[1] / "schemas"
     if packaged.is_dir():
         return packaged
-    checkout = Path(__file__).resolve().parents[2] / "schemas"
+    checkout = Path(__file__).resolve().parents[3] / "schemas"
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(f"servesim's schemas are neither in {packaged} nor in {checkout}")

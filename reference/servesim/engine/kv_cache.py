@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
-from servesim.model import Request
+from servesim.contract.model import Request
 
 Identity = int
 """R47: a block's identity, R47's pair ``(j, the first floor(j / k) + 1 hashes)`` as one integer:
