@@ -38,8 +38,8 @@ from servesim.contract.schemas import WRITTEN_REPORT_VERSIONS
 
 REPO = Path(__file__).resolve().parents[1]
 PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"
-#: The plain loop writes the report version it is asked for (an older one by default): the
-#: one the reference writes, so that the two reports can be compared byte for byte.
+#: The plain loop writes the report version it is asked for (the current one by default): it is
+#: asked for the one the reference writes, so that the two reports compare byte for byte.
 PLAIN_LOOP_REPORT = ("--report-version", WRITTEN_REPORT_VERSIONS[-1])
 
 
