@@ -6,10 +6,11 @@
     python benchmarks/bench.py --only routing  # state-aware routing (benchmarks/bench_routing.py)
     python benchmarks/bench.py --only sessions  # closed loop, stop time (bench_sessions.py)
 
-The real traces are read from SERVESIM_TRACES (or --traces), by default ../shared/traces
-beside the clone. Dynamo's replay, the outside baseline, is installed on first use in its own
-virtual environment under SERVESIM_BENCH_CACHE (default ~/.cache/servesim-bench); without it
-the benchmark says so and measures the rest.
+The real traces are read from SERVESIM_TRACES (or --traces), by default the copies shipped in
+benchmarks/traces/ (their sources and licences: benchmarks/traces/README.md); the shipped ones
+missing is a broken checkout, and the run fails. Dynamo's replay, the outside baseline, is
+installed on first use in its own virtual environment under SERVESIM_BENCH_CACHE (default
+~/.cache/servesim-bench); without it the benchmark says so and measures the rest.
 
 Every configuration runs in its own process, so that peak RSS is that configuration's alone.
 The baseline is the plain per-step loop in conformance/examples/independent/ (written from
@@ -37,20 +38,22 @@ from servesim.contract.schemas import WRITTEN_REPORT_VERSIONS
 
 REPO = Path(__file__).resolve().parents[1]
 PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"
-#: The plain loop writes the report version it is asked for (an older one by default): the
-#: one the reference writes, so that the two reports can be compared byte for byte.
+#: The plain loop writes the report version it is asked for (the current one by default): it is
+#: asked for the one the reference writes, so that the two reports compare byte for byte.
 PLAIN_LOOP_REPORT = ("--report-version", WRITTEN_REPORT_VERSIONS[-1])
 
 
 def trace_sources(traces: Path) -> dict[str, Path]:
-    """Where each real trace is, in a copy of the shared traces folder."""
+    """Where each real trace is, in a traces folder laid out as ``benchmarks/traces/``."""
     return {
         "mooncake": traces / "mooncake" / "conversation_trace.jsonl",
         "azure": traces / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv",
     }
 
 
-TRACES = Path(os.environ.get("SERVESIM_TRACES") or REPO.parent / "shared" / "traces")
+#: The traces shipped with the repository (benchmarks/traces/README.md), the default folder.
+SHIPPED_TRACES = REPO / "benchmarks" / "traces"
+TRACES = Path(os.environ.get("SERVESIM_TRACES") or SHIPPED_TRACES)
 SOURCES = trace_sources(TRACES)  # --traces replaces them
 
 #: A plausible engine: 3 ms per step, 20 us per prefill token, 100 us per decoding request.
@@ -583,7 +586,8 @@ def main() -> int:
         "--traces",
         type=Path,
         metavar="DIR",
-        help="the shared traces folder (default: $SERVESIM_TRACES, else ../shared/traces)",
+        help="a traces folder laid out as benchmarks/traces/ (default: $SERVESIM_TRACES, else "
+        "benchmarks/traces, the traces shipped with the repository)",
     )
     parser.add_argument(
         "--no-dynamo", action="store_true", help="skip the Dynamo baseline (and its install)"
@@ -604,13 +608,19 @@ def main() -> int:
     if missing:
         print(f"the traces are not at {traces} (missing: {', '.join(missing)})", file=sys.stderr)
         sys.stderr.flush()
+        shipped = traces.resolve() == SHIPPED_TRACES.resolve()
         print(
             f"NOTHING MEASURED: no real traces in {traces} "
-            "(point SERVESIM_TRACES or --traces at the shared traces folder)",
+            + (
+                "(the traces shipped with the repository are missing: a broken checkout)"
+                if shipped
+                else "(point SERVESIM_TRACES or --traces at a folder laid out as "
+                "benchmarks/traces, or unset both for the shipped traces)"
+            ),
             flush=True,
         )
-        # CI always has the traces beside the clone: their absence is a fault there
-        return 2 if os.environ.get("CI") else 0
+        # The shipped traces are part of every checkout, and CI runs on one: a fault there
+        return 2 if shipped or os.environ.get("CI") else 0
     limit = 1500 if arguments.short else None
     with tempfile.TemporaryDirectory(prefix="servesim-bench-") as temporary:
         folder = Path(temporary)

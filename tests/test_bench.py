@@ -65,6 +65,32 @@ def test_under_ci_missing_traces_fail_and_still_say_so(tmp_path: Path) -> None:
     assert _last_line(result.stdout).startswith("NOTHING MEASURED")
 
 
+def test_by_default_the_traces_shipped_with_the_repository_are_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SERVESIM_TRACES", raising=False)
+    bench = load_module("bench_default", BENCH)
+    assert bench.TRACES == bench.SHIPPED_TRACES == REPO / "benchmarks" / "traces"
+    assert sorted(bench.SOURCES) == ["azure", "mooncake"]
+    assert all(path.is_file() for path in bench.SOURCES.values())
+
+
+def test_missing_shipped_traces_fail_even_outside_ci(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default folder is part of every checkout: without it the benchmark fails loudly."""
+    monkeypatch.delenv("SERVESIM_TRACES", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    bench = load_module("bench_broken", BENCH)
+    monkeypatch.setattr(bench, "SHIPPED_TRACES", tmp_path)
+    monkeypatch.setattr(bench, "TRACES", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--short", "--no-dynamo"])
+    assert bench.main() == 2
+    last = _last_line(capsys.readouterr().out)
+    assert last.startswith(f"NOTHING MEASURED: no real traces in {tmp_path} ")
+    assert "broken checkout" in last
+
+
 @pytest.mark.parametrize("variable", ["CI", "SERVESIM_TRACES"])
 def test_tox_bench_passes_the_variable_through(variable: str) -> None:
     tox = configparser.ConfigParser()

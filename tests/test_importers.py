@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 import servesim
 from servesim.replay import replay
-from tests.helpers import run_servesim, scenario_doc, timing_doc, write_inputs
+from tests.helpers import REPO, run_servesim, scenario_doc, timing_doc, write_inputs
 
 MOONCAKE = (
     '{"timestamp": 1000, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
@@ -28,10 +29,23 @@ MOONCAKE_REAL = (
     '{"timestamp": 0, "input_length": 7322, "output_length": 490, "hash_ids": '
     "[0, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27]}\n"
 )
-#: The shared traces, as benchmarks/bench.py finds them: SERVESIM_TRACES, else beside the clone.
-SHARED_TRACES = Path(
-    os.environ.get("SERVESIM_TRACES") or Path(__file__).resolve().parents[2] / "shared" / "traces"
-)
+#: The traces shipped with the repository (benchmarks/traces/README.md: sources, licences).
+SHIPPED_TRACES = REPO / "benchmarks" / "traces"
+#: The traces the import tests read, as benchmarks/bench.py finds them: SERVESIM_TRACES (another
+#: folder laid out the same way), else the shipped ones.
+TRACES = Path(os.environ.get("SERVESIM_TRACES") or SHIPPED_TRACES)
+
+
+def real_trace(relative: str) -> Path:
+    """A file of ``TRACES``; missing, the test fails (the shipped traces are in every checkout,
+    and a SERVESIM_TRACES without them is a mistake to show, not a reason to skip)."""
+    path = TRACES / relative
+    if not path.is_file():
+        where = "SERVESIM_TRACES" if os.environ.get("SERVESIM_TRACES") else "the shipped traces"
+        pytest.fail(f"{relative} is not in {TRACES} ({where})")
+    return path
+
+
 AZURE = (
     "TIMESTAMP,ContextTokens,GeneratedTokens\n"
     "2023-11-16 18:15:46.6805900,374,44\n"
@@ -97,12 +111,48 @@ def test_mooncake_hash_ids_become_prefix_hashes_of_a_workload_1_1(tmp_path: Path
     ]
 
 
-def test_the_real_lines_are_the_shared_trace_s_first_lines() -> None:
-    trace = SHARED_TRACES / "mooncake" / "conversation_trace.jsonl"
-    if not trace.is_file():
-        pytest.skip(f"the shared traces are not beside this checkout ({trace})")
-    with trace.open() as stream:
+def test_the_real_lines_are_the_shipped_trace_s_first_lines() -> None:
+    with (SHIPPED_TRACES / "mooncake" / "conversation_trace.jsonl").open() as stream:
         assert next(stream) + next(stream) == MOONCAKE_REAL
+
+
+def _sums() -> dict[str, str]:
+    lines = (SHIPPED_TRACES / "SHA256SUMS").read_text(encoding="utf-8").splitlines()
+    return {name: digest for digest, name in (line.split("  ", 1) for line in lines)}
+
+
+def test_the_shipped_traces_are_the_published_bytes() -> None:
+    """Every trace file shipped is listed in SHA256SUMS with its digest, and every listed file is
+    there with those bytes (copied byte for byte, line ends and all: benchmarks/traces/README.md);
+    the record counts are the README's."""
+    sums = _sums()
+    shipped = sorted(
+        str(path.relative_to(SHIPPED_TRACES))
+        for folder in ("mooncake", "azure_llm_2023", "weka_agentic_sessions")
+        for path in (SHIPPED_TRACES / folder).iterdir()
+        if path.name != "README.md"
+    )
+    assert shipped == sorted(sums)
+    assert len(shipped) == 2 + 13
+    for name, digest in sums.items():
+        assert hashlib.sha256((SHIPPED_TRACES / name).read_bytes()).hexdigest() == digest, name
+    mooncake = (SHIPPED_TRACES / "mooncake" / "conversation_trace.jsonl").read_bytes()
+    azure = (SHIPPED_TRACES / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv").read_bytes()
+    assert mooncake.count(b"\n") == 12031
+    # CR LF line ends, none after the last line: the header, then one request a line
+    assert azure.count(b"\n") == azure.count(b"\r\n") == 19366
+    assert len(azure.split(b"\r\n")) == 1 + 19366
+
+
+def test_the_shipped_traces_carry_their_licences() -> None:
+    readme = (SHIPPED_TRACES / "README.md").read_text(encoding="utf-8")
+    for needed in ("Apache-2.0", "CC-BY-4.0", "kvcache-ai/Mooncake", "Azure/AzurePublicDataset"):
+        assert needed in readme
+    assert "callanjfox/kv-cache-tester" in readme
+    assert "Splitwise" in readme  # the citation the Azure dataset asks for
+    licence = (SHIPPED_TRACES / "LICENSE-Apache-2.0").read_text(encoding="utf-8")
+    assert "Apache License" in licence
+    assert "END OF TERMS AND CONDITIONS" in licence
 
 
 def test_hash_block_tokens_is_written_and_bounds_the_hash_count(tmp_path: Path) -> None:
@@ -296,9 +346,9 @@ def test_nothing_selected_exits_2(tmp_path: Path) -> None:
     ],
 )
 def test_real_traces_import_completely(tmp_path: Path, source: str, path: str, count: int) -> None:
-    trace = SHARED_TRACES / path
-    if not trace.is_file():
-        pytest.skip(f"the shared traces are not beside this checkout ({trace})")
+    trace = real_trace(path)
+    if TRACES.resolve() != SHIPPED_TRACES.resolve():  # other traces: one request a record
+        count = len(trace.read_bytes().splitlines()) - (source == "azure")
     output = tmp_path / "workload.json"
     result = run_import(source, trace, "-o", output)
     assert result.returncode == 0, result.stderr
@@ -641,14 +691,19 @@ def test_weka_options_are_usage_errors_elsewhere(
     assert message in result.stderr
 
 
-def test_the_shared_weka_sessions_import_and_validate(tmp_path: Path) -> None:
-    files = sorted((SHARED_TRACES / "weka_agentic_sessions").glob("trace_*.json"))
+def test_the_real_weka_sessions_import_and_validate(tmp_path: Path) -> None:
+    files = sorted((TRACES / "weka_agentic_sessions").glob("trace_*.json"))
     if not files:
-        pytest.skip(f"the shared traces are not beside this checkout ({SHARED_TRACES})")
+        pytest.fail(f"no weka_agentic_sessions/trace_*.json in {TRACES}")
     output = tmp_path / "workload.json"
     result = run_import("weka", *files, "-o", output, "--stagger", "60")
     assert result.returncode == 0, result.stderr
     document = servesim.read_document(output, "workload").value
-    # 13 files, trace_0010's 4 sub-agents among them
-    assert len(document["sessions"]) == 13 + 4
-    assert len({request["session"] for request in document["requests"]}) == 17
+    # one session a file and one a sub-agent (the shipped ones: 13 files, trace_0010's 4)
+    subagents = sum(
+        entry.get("type") == "subagent"
+        for path in files
+        for entry in json.loads(path.read_bytes())["requests"]
+    )
+    assert len(document["sessions"]) == len(files) + subagents
+    assert len({request["session"] for request in document["requests"]}) == len(files) + subagents

@@ -4,7 +4,7 @@
 eviction, three preemptions); their README derives every number with pencil and each
 ``expected.json`` maps report pointers to those numbers. The other tests hold the plain loop to
 R4's and R10's new checks and to R53 (without a cache, report 3.0 is report 2.0 plus the
-migration's constants).
+migration's constants). The plain loop writes the current report (5.0) unless asked for another.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from servesim.contract.schemas import WRITTEN_REPORT_VERSIONS
 from servesim_conformance.runner import REPORT_NAME, replay_arguments
 from tests.helpers import REPO, load_module
 
@@ -57,13 +58,16 @@ def write(folder: Path, documents: dict[str, Any]) -> None:
         (folder / file).write_text(json.dumps(document))
 
 
+@pytest.mark.parametrize("version", ["5.0", "3.0"])
 @pytest.mark.parametrize("name", CASES)
-def test_plain_loop_gives_the_hand_derived_numbers(name: str, tmp_path: Path) -> None:
+def test_plain_loop_gives_the_hand_derived_numbers(name: str, version: str, tmp_path: Path) -> None:
+    """In the current report (the default) and in 3.0, the first with section 11's members."""
     copy_case(name, tmp_path)
-    code, error, report = run_plain(tmp_path, "--trace")
+    options = () if version == "5.0" else ("--report-version", version)
+    code, error, report = run_plain(tmp_path, "--trace", *options)
     assert (code, error) == (0, "")
     assert report is not None
-    assert report["schema_version"] == "3.0"
+    assert report["schema_version"] == version
     expected = json.loads((EXAMPLES / name / "expected.json").read_text())
     for pointer, value in expected.items():
         assert at_pointer(report, pointer) == value, pointer
@@ -170,7 +174,7 @@ def test_without_a_cache_report_3_0_is_report_2_0_with_r53_s_constants(tmp_path:
     code, _, old = run_plain(tmp_path, "--trace", "--report-version", "2.0")
     assert code == 0
     assert old is not None
-    code, _, new = run_plain(tmp_path, "--trace")
+    code, _, new = run_plain(tmp_path, "--trace", "--report-version", "3.0")
     assert code == 0
     migrated = copy.deepcopy(old)
     migrated["schema_version"] = "3.0"
@@ -202,3 +206,22 @@ def test_prefix_caching_off_makes_hashes_change_nothing(tmp_path: Path) -> None:
     assert with_hashes["summary"]["kv_cache"]["reused_prompt_tokens"] == 0
     del with_hashes["inputs"], other_hashes["inputs"]
     assert with_hashes == other_hashes
+
+
+def test_by_default_the_plain_loop_writes_the_repository_s_current_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30: without --report-version the plain loop writes, and its --describe declares,
+    the report the reference writes (the newest of WRITTEN_REPORT_VERSIONS), with the inputs
+    that report allows it to read (R38)."""
+    current = WRITTEN_REPORT_VERSIONS[-1]
+    assert PLAIN.main(["replay", "--describe"]) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert PLAIN.main(["replay", "--describe", "--report-version", current]) == 0
+    assert default == json.loads(capsys.readouterr().out)
+    assert default["schema_versions"]["report"] == [current]
+    copy_case("reuse-hit", tmp_path)
+    code, error, report = run_plain(tmp_path)
+    assert (code, error) == (0, "")
+    assert report is not None
+    assert report["schema_version"] == current

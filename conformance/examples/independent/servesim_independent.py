@@ -6,15 +6,16 @@ from the specification without reading the reference, and it does not validate i
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
 profile, the schema versions it reads, section 11's members with R4's checks of them,
 section 12's routing members and section 13's members with R4's checks of them), so the
-suite's invalid tier finds that. With --report-version 5.0 it reads scenarios 1.0 to 1.3 (1.3:
-the closed loop, the stop time and the objectives of section 13; 1.2: the state-aware routing
-of section 12), workloads 1.0 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV
-cache, prefix caching and preemption of section 11) and timing profiles 1.0 and 1.1 (the
-synthetic_linear, grid and regression models), and writes report 5.0. With --report-version
-4.0 it writes report 4.0 and reads scenarios up to 1.2 and workloads up to 1.1; without the
-flag it writes report 3.0 and reads scenarios and workloads up to 1.1; with --report-version
-2.0 it writes report 2.0 and reads 1.0 scenarios and workloads only (R2, R38: a scenario 1.3
-or a workload 1.2 is refused, exit 2, unless report 5.0 is asked for). It speaks conformance
+suite's invalid tier finds that. By default (or with --report-version 5.0) it reads scenarios
+1.0 to 1.3 (1.3: the closed loop, the stop time and the objectives of section 13; 1.2: the
+state-aware routing of section 12), workloads 1.0 to 1.2 (1.2: section 13's sessions; 1.1 and
+scenario 1.1: the KV cache, prefix caching and preemption of section 11) and timing profiles
+1.0 and 1.1 (the synthetic_linear, grid and regression models), and writes report 5.0, the
+current one. With --report-version 4.0 it writes report 4.0 and reads scenarios up to 1.2 and
+workloads up to 1.1; with --report-version 3.0 it writes report 3.0 and reads scenarios and
+workloads up to 1.1; with --report-version 2.0 it writes report 2.0 and reads 1.0 scenarios
+and workloads only (R2, R38: a scenario 1.3 or a workload 1.2 is refused, exit 2, unless
+report 5.0 is written). It speaks conformance
 protocol 2 (exit 3 when a step's shape is outside the profile's coverage, R43). See README.md,
 QUESTIONS-kv.md, QUESTIONS-routing.md and QUESTIONS-sessions.md beside it.
 """
@@ -1385,9 +1386,9 @@ def main(argv=None):
     rp.add_argument(
         "--report-version",
         choices=sorted(READS),
-        default="3.0",
-        help="report 5.0 (R31; reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads "
-        "scenario 1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (the default; reads scenario and "
+        default="5.0",
+        help="report 5.0 (the default, R31; reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), "
+        "4.0 (reads scenario 1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (reads scenario and "
         "workload 1.0 and 1.1) or 2.0 (reads them at 1.0 only, R2, R38)",
     )
     a = ap.parse_args(argv)
