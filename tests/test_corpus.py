@@ -122,3 +122,63 @@ def test_every_case_folder_has_exactly_its_files() -> None:
         names = {path.name for path in Path(case.folder).iterdir()}
         assert set(INPUT_FILES.values()) <= names, case.id
         assert names <= allowed, case.id
+
+
+#: The heading of a derivation's machine-checked block: a JSON object whose keys are JSON
+#: pointers (RFC 6901) into the expected report, each with the whole value there, and whose
+#: ``!absent`` key lists pointers that must not exist.
+EXPECTED_VALUES = "## Expected values, by JSON pointer into the report"
+DERIVED = [
+    case
+    for case in VALID
+    if (case.folder / "DERIVATION.md").is_file()
+    and EXPECTED_VALUES in (case.folder / "DERIVATION.md").read_text(encoding="utf-8")
+]
+
+
+def _at_pointer(document: object, pointer: str) -> object:
+    """The value at ``pointer`` (RFC 6901); KeyError or IndexError when there is none."""
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(document, list):
+            document = document[int(token)]
+        else:
+            assert isinstance(document, dict)
+            document = document[token]
+    return document
+
+
+def _same(expected: object, actual: object) -> bool:
+    """Equal JSON values, a number equal to a number whatever its Python type, never a
+    boolean equal to a number."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(expected) is type(actual) and expected == actual
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return expected.keys() == actual.keys() and all(
+            _same(value, actual[key]) for key, value in expected.items()
+        )
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(expected) == len(actual) and all(map(_same, expected, actual))
+    numbers = isinstance(expected, int | float) and isinstance(actual, int | float)
+    return (numbers or type(expected) is type(actual)) and expected == actual
+
+
+@pytest.mark.parametrize("case", DERIVED, ids=[case.id for case in DERIVED])
+def test_derived_values_are_the_expected_reports(case) -> None:  # type: ignore[no-untyped-def]
+    """Each value a derivation's block gives by hand is the one at its pointer in the report."""
+    text = (case.folder / "DERIVATION.md").read_text(encoding="utf-8")
+    section = text.split(EXPECTED_VALUES, 1)[1]
+    derived = json.loads(section.split("```json", 1)[1].split("```", 1)[0])
+    report = json.loads(case.expected_report.read_bytes())
+    wrong = []
+    for pointer in derived.pop("!absent", []):
+        try:
+            _at_pointer(report, pointer)
+        except (KeyError, IndexError):
+            continue
+        wrong.append(f"{pointer}: present")
+    for pointer, value in derived.items():
+        actual = _at_pointer(report, pointer)
+        if not _same(value, actual):
+            wrong.append(f"{pointer}: derived {value!r}, report {actual!r}")
+    assert not wrong, "\n".join(wrong)

@@ -225,3 +225,49 @@ def test_measured_runs_of_few_stretches_each_equal_plain_loop(
     """A run capped at one to three stretches goes on in the next run, seamlessly."""
     with mock.patch.object(worker, "MEASURED_RUN_STRETCHES", stretches):
         assert reference_report(documents) == plain_report(documents)
+
+
+@st.composite
+def long_measured_runs_with_a_cache(draw: st.DrawFn) -> Documents:
+    """``long_measured_runs`` with a KV cache (SPEC.md section 11): decode runs of many
+    stretches whose requests take a block every B tokens, from a cache sized between just
+    enough for the largest request and twice that, so that later steps of a run take free
+    blocks, evict cached ones (prefix caching on, requests sharing a hashed prefix) or stop at
+    a preemption; a stop time now and then (R62) cuts a run. Traced or not, the reference forms
+    such runs differently (a traced run takes no block, R30)."""
+    scenario, workload, profile = draw(long_measured_runs())
+    block_tokens = draw(st.integers(1, 16))
+    needed = max(
+        -(-(r["prompt_tokens"] + r["max_output_tokens"]) // block_tokens)
+        for r in workload["requests"]
+    )
+    for index, request in enumerate(workload["requests"]):
+        blocks = -(-request["prompt_tokens"] // block_tokens)
+        shared = draw(st.integers(0, blocks))
+        request["prefix_hashes"] = [
+            *range(shared),
+            *(1000 * (index + 1) + i for i in range(shared, blocks)),
+        ]
+    workload = {**workload, "schema_version": "1.1", "prefix_hash_block_tokens": block_tokens}
+    scenario = {
+        **scenario,
+        "schema_version": "1.1",
+        "kv_cache": {
+            "blocks": needed + draw(st.integers(0, needed)),
+            "block_tokens": block_tokens,
+            "prefix_caching": draw(st.booleans()),
+        },
+    }
+    if draw(st.integers(0, 3)) == 3:
+        scenario["schema_version"] = "1.3"
+        first = min(request["arrival_us"] for request in workload["requests"])
+        scenario["stop_at_us"] = first + draw(st.integers(1, 600_000))  # after it (R4)
+    return scenario, workload, profile
+
+
+@settings(max_examples=40)
+@given(long_measured_runs_with_a_cache(), st.booleans())
+def test_long_measured_runs_with_a_cache_equal_plain_loop(
+    documents: Documents, trace: bool
+) -> None:
+    assert reference_report(documents, trace=trace) == plain_report(documents, trace=trace)

@@ -23,6 +23,7 @@ from servesim_conformance.strategies import (
     measured_input_triples,
     routed_input_triples,
     scenarios,
+    session_input_triples,
     timing_profiles,
     workloads,
 )
@@ -245,3 +246,43 @@ def test_the_routed_strategy_reaches_every_kind_of_fleet(wanted: Any) -> None:
     )
     data = json.dumps(scenario).encode()
     assert servesim.load_document(data, "scenario.json", "scenario").version == "1.2"
+
+
+def _measured(documents: Documents) -> bool:
+    return bool(documents[2]["model"]["kind"] != "synthetic_linear")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "wanted"),
+    [
+        pytest.param(kv_input_triples(), _measured, id="measured timing x KV cache"),
+        pytest.param(
+            routed_input_triples(),
+            lambda d: _measured(d) and d[0]["routing"]["policy"] == "cache_aware",
+            id="measured timing x cache_aware",
+        ),
+        pytest.param(
+            routed_input_triples(),
+            lambda d: _measured(d) and d[0]["routing"]["policy"] == "least_loaded",
+            id="measured timing x least_loaded",
+        ),
+        pytest.param(
+            session_input_triples(kv_input_triples()),
+            lambda d: _measured(d) and "stop_at_us" in d[0],
+            id="measured timing x KV cache x stop time",
+        ),
+        pytest.param(
+            session_input_triples(kv_input_triples()),
+            lambda d: "closed_loop" in d[0] and "sessions" in d[1],
+            id="KV cache x sessions x closed loop",
+        ),
+    ],
+)
+def test_the_strategies_draw_features_together(strategy: Any, wanted: Any) -> None:
+    """Sections 10 to 13 are drawn together, not each alone (hypothesis.find fails if the
+    strategy cannot draw the pair); golden/COVERAGE.md lists which strategy covers which."""
+    find(
+        strategy,
+        wanted,
+        settings=settings(max_examples=2000, phases=[Phase.generate], database=None),
+    )

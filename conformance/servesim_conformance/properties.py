@@ -70,6 +70,20 @@ def reads_state_aware_routing(description: Description) -> bool:
     )
 
 
+def reads_timing(description: Description, timing: dict[str, Any]) -> bool:
+    """Whether the implementation runs the timing profile ``timing``: a ``synthetic_linear``
+    one always (the baseline), a measured one (R41, R42) only when it declares timing profile
+    1.1 and the model's feature (``timing.grid``, ``timing.regression``). Generated runs with
+    a cache, a state-aware router or sessions draw measured profiles too, so that the features
+    are exercised together; an implementation without measured timing runs the others."""
+    kind = timing["model"]["kind"]
+    if kind == "synthetic_linear":
+        return True
+    return f"timing.{kind}" in description.features and description.declares(
+        "timing_profile", "1.1"
+    )
+
+
 def reads_sessions(description: Description) -> bool:
     """Whether the implementation and the reference both read scenario 1.3 and workload 1.2,
     the versions with sessions, the closed loop, the stop time and the objectives (R64), and

@@ -264,7 +264,8 @@ def cache_blocks(draw: st.DrawFn, *, needed: int) -> int:
 
 @st.composite
 def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2, max_requests: int = 10) -> Documents:
-    """(scenario 1.1 with ``kv_cache``, workload 1.1 with prefix hashes, synthetic profile).
+    """(scenario 1.1 with ``kv_cache``, workload 1.1 with prefix hashes, a synthetic or
+    measured profile, ``kv_timing_profiles``).
 
     Tiny blocks (1 to 8 tokens) so that prompts of a few tokens span several; the hash block
     size is a multiple of the engine block (R4, R47); the cache is sized from the workload
@@ -292,7 +293,15 @@ def kv_input_triples(draw: st.DrawFn, *, max_workers: int = 2, max_requests: int
         "scheduler": scheduler,
         "kv_cache": kv_cache,
     }
-    return scenario, workload, draw(timing_profiles())
+    return scenario, workload, draw(kv_timing_profiles())
+
+
+def kv_timing_profiles() -> st.SearchStrategy[dict[str, Any]]:
+    """The timing of a run with a cache: synthetic (R22) or, as often, measured (a grid, R41,
+    or a regression, R42, covering every step ``kv_scheduler_limits`` allows), so that decode
+    runs whose durations change as contexts grow take, evict and preempt blocks (R46, R49,
+    R50). Shrinks towards synthetic."""
+    return st.one_of(timing_profiles(), measured_timing_profiles(limits=KV_LIMITS))
 
 
 @st.composite
@@ -443,6 +452,22 @@ REACHABLE = {
 }
 
 
+#: The largest limits ``kv_scheduler_limits()`` draws (and so ``routed_input_triples()``), which
+#: a measured profile drawn for a run with a cache claims as its engine's (R40).
+KV_LIMITS = {"max_num_seqs": 4, "max_batched_tokens": 32, "max_model_len": 64}
+
+
+def reachable(limits: dict[str, int]) -> dict[str, int]:
+    """The largest step shape (R22) that scheduler ``limits`` allow, the most R40 lets a
+    coverage claim under them: D up to ``max_num_seqs``, C up to that many whole contexts
+    (R11), P up to ``max_batched_tokens`` (R17; also a recompute's allotment, R50)."""
+    return {
+        "decode_requests": limits["max_num_seqs"],
+        "context_tokens": limits["max_num_seqs"] * limits["max_model_len"],
+        "prefill_tokens": limits["max_batched_tokens"],
+    }
+
+
 def calibration_doc(limits: dict[str, int] | None = None) -> dict[str, Any]:
     """A calibration identity (R40) for generated profiles."""
     return {
@@ -465,9 +490,11 @@ def axis_points(draw: st.DrawFn, top: int) -> list[int]:
 
 
 @st.composite
-def grid_models(draw: st.DrawFn) -> dict[str, Any]:
-    """A ``grid`` model (R41) over the reachable shapes, with durations that rise and fall."""
-    axes = {name: draw(axis_points(top)) for name, top in REACHABLE.items()}
+def grid_models(draw: st.DrawFn, *, limits: dict[str, int] | None = None) -> dict[str, Any]:
+    """A ``grid`` model (R41) over the shapes reachable under ``limits`` (``scenarios()``' by
+    default), with durations that rise and fall."""
+    tops = REACHABLE if limits is None else reachable(limits)
+    axes = {name: draw(axis_points(top)) for name, top in tops.items()}
     return draw(grid_on(axes))
 
 
@@ -493,9 +520,11 @@ def grid_on(axes: dict[str, list[int]]) -> st.SearchStrategy[dict[str, Any]]:
 
 
 @st.composite
-def regression_models(draw: st.DrawFn) -> dict[str, Any]:
-    """A ``regression`` model (R42) whose costs are not whole microseconds, so it rounds."""
-    tokens = draw(axis_points(REACHABLE["prefill_tokens"]))
+def regression_models(draw: st.DrawFn, *, limits: dict[str, int] | None = None) -> dict[str, Any]:
+    """A ``regression`` model (R42) whose costs are not whole microseconds, so it rounds,
+    covering the shapes reachable under ``limits`` (``scenarios()``' by default)."""
+    tops = REACHABLE if limits is None else reachable(limits)
+    tokens = draw(axis_points(tops["prefill_tokens"]))
     return {
         "kind": "regression",
         "intercept_ns": draw(st.integers(1, 2_000_000)),
@@ -504,19 +533,22 @@ def regression_models(draw: st.DrawFn) -> dict[str, Any]:
         ],
         "decode_request_ns": draw(st.integers(0, 500_000)),
         "context_token_ps": draw(st.integers(0, 5_000_000)),
-        "coverage": {name: {"min": 0, "max": top} for name, top in REACHABLE.items()},
+        "coverage": {name: {"min": 0, "max": top} for name, top in tops.items()},
     }
 
 
 @st.composite
-def measured_timing_profiles(draw: st.DrawFn) -> dict[str, Any]:
+def measured_timing_profiles(
+    draw: st.DrawFn, *, limits: dict[str, int] | None = None
+) -> dict[str, Any]:
     """A timing profile 1.1 with a ``grid`` or ``regression`` model covering every step that
-    ``scenarios()`` can form."""
+    scheduler ``limits`` allow (by default ``GENERATED_LIMITS``, every step ``scenarios()`` can
+    form), with ``limits`` as its calibration's."""
     return {
         "document": "timing_profile",
         "schema_version": "1.1",
-        "calibration": calibration_doc(),
-        "model": draw(st.one_of(grid_models(), regression_models())),
+        "calibration": calibration_doc(limits),
+        "model": draw(st.one_of(grid_models(limits=limits), regression_models(limits=limits))),
     }
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from servesim_conformance import invariants
@@ -27,6 +27,7 @@ from servesim_conformance.properties import (
     reads_kv_cache,
     reads_sessions,
     reads_state_aware_routing,
+    reads_timing,
     reference_report,
     write_case,
 )
@@ -145,10 +146,20 @@ def _compare_with_reference(
 # --- KV cache, prefix caching and preemption (SPEC.md section 11) ------------------------------
 
 
-def _needs_kv_cache(description: Description) -> None:
-    """Skip unless the implementation (and the reference) read scenario and workload 1.1."""
+def _needs_kv_cache(description: Description, documents: Documents | None = None) -> None:
+    """Skip unless the implementation (and the reference) read scenario and workload 1.1;
+    reject a generated example whose timing it does not run (``_runs_timing``)."""
     if not reads_kv_cache(description):
         pytest.skip("the implementation does not declare scenario 1.1 and workload 1.1 (R53)")
+    _runs_timing(description, documents)
+
+
+def _runs_timing(description: Description, documents: Documents | None) -> None:
+    """Runs with a cache, a state-aware router or sessions are drawn with measured timing as
+    often as with synthetic (``strategies.kv_timing_profiles``): an implementation that does
+    not declare the measured kind is given only the synthetic ones (``reads_timing``)."""
+    if documents is not None:
+        assume(reads_timing(description, documents[2]))
 
 
 @tier
@@ -159,7 +170,7 @@ def test_kv_cache_single_run_invariants(
     """R45 to R52 with memory pressure: blocks in use within the cache and equal to the running
     requests' cached tokens, reuse in whole blocks below the prompt, every preempted request
     completed once, the cache counters adding up; and every invariant of sections 3 to 7."""
-    _needs_kv_cache(description)
+    _needs_kv_cache(description, documents)
     scenario, workload, timing = documents
     report = runner.report(documents)
     invariants.check_report(scenario, workload, report)
@@ -174,7 +185,7 @@ def test_kv_cache_hashes_change_nothing_with_prefix_caching_off(
 ) -> None:
     """R47 (metamorphic): with prefix caching off no block is identified, so removing every
     prefix hash leaves the report as it was, but for the workload's digest."""
-    _needs_kv_cache(description)
+    _needs_kv_cache(description, documents)
     scenario, workload, timing = documents
     off = {**scenario, "kv_cache": {**scenario["kv_cache"], "prefix_caching": False}}
     with_hashes = runner.report((off, workload, timing))
@@ -188,7 +199,7 @@ def test_kv_cache_hashes_change_nothing_without_a_cache(
     runner: PropertyRunner, description: Description, documents: Documents
 ) -> None:
     """R45, R47 (metamorphic): without ``kv_cache`` the hashes change nothing either."""
-    _needs_kv_cache(description)
+    _needs_kv_cache(description, documents)
     scenario, workload, timing = documents
     with_hashes = runner.report(documents)
     without = runner.report((scenario, invariants.without_prefix_hashes(workload), timing))
@@ -201,7 +212,7 @@ def test_kv_cache_shifting_arrivals_shifts_times(
     runner: PropertyRunner, description: Description, documents: Documents, shift: int
 ) -> None:
     """R6, R7 (metamorphic) with a cache: blocks, reuse and preemptions depend on no clock."""
-    _needs_kv_cache(description)
+    _needs_kv_cache(description, documents)
     _check_shifted_arrivals(runner, documents, shift)
 
 
@@ -215,7 +226,7 @@ def test_kv_cache_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on runs with a cache under memory pressure
     (only with --differential, and only when both read scenario and workload 1.1)."""
-    _needs_kv_cache(description)
+    _needs_kv_cache(description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-kv-cache")
 
 
@@ -227,7 +238,7 @@ def test_kv_cache_broken_inputs_are_rejected(
     """R3, R4, R5: a cache or hash member broken in one way is invalid input: exit 2 and no
     report (a block size that does not fit the hashes', too many hashes, hashes without their
     block size, a cache of no blocks, members at a version without them, a hash too big)."""
-    _needs_kv_cache(description)
+    _needs_kv_cache(description, case[1])
     fault, documents = case
     code, left_report = runner.rejects(documents)
     assert (code, left_report) == (2, False), f"{fault}: exit {code}, report left: {left_report}"
@@ -236,10 +247,12 @@ def test_kv_cache_broken_inputs_are_rejected(
 # --- State-aware routing (SPEC.md section 12) ---------------------------------------------------
 
 
-def _needs_state_aware_routing(description: Description) -> None:
-    """Skip unless the implementation (and the reference) read scenario 1.2 (R57)."""
+def _needs_state_aware_routing(description: Description, documents: Documents) -> None:
+    """Skip unless the implementation (and the reference) read scenario 1.2 (R57); reject a
+    generated example whose timing it does not run (``_runs_timing``)."""
     if not reads_state_aware_routing(description):
         pytest.skip("the implementation does not declare scenario 1.2 and workload 1.1 (R57)")
+    _runs_timing(description, documents)
 
 
 @tier
@@ -251,7 +264,7 @@ def test_state_aware_routing_single_run_invariants(
     choices rebuilt from the report, cached blocks at routing within what the worker's earlier
     requests left there, no worker certainly cheaper than cache_aware's choice; and every
     invariant of sections 3 to 7 and 11."""
-    _needs_state_aware_routing(description)
+    _needs_state_aware_routing(description, documents)
     scenario, workload, timing = documents
     report = runner.report(documents)
     invariants.check_report(scenario, workload, report)
@@ -264,7 +277,7 @@ def test_state_aware_routing_shifting_arrivals_shifts_times(
     runner: PropertyRunner, description: Description, documents: Documents, shift: int
 ) -> None:
     """R6, R7, R54 (metamorphic): what a router sees depends on order, not on the clock."""
-    _needs_state_aware_routing(description)
+    _needs_state_aware_routing(description, documents)
     _check_shifted_arrivals(runner, documents, shift)
 
 
@@ -278,7 +291,7 @@ def test_state_aware_routing_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on state-aware routing (only with
     --differential, and only when both read scenario 1.2)."""
-    _needs_state_aware_routing(description)
+    _needs_state_aware_routing(description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-routing")
 
 
@@ -292,10 +305,12 @@ session_triples = st.one_of(
 )
 
 
-def _needs_sessions(description: Description) -> None:
-    """Skip unless the implementation (and the reference) read scenario 1.3 and workload 1.2."""
+def _needs_sessions(description: Description, documents: Documents) -> None:
+    """Skip unless the implementation (and the reference) read scenario 1.3 and workload 1.2;
+    reject a generated example whose timing it does not run (``_runs_timing``)."""
     if not reads_sessions(description):
         pytest.skip("the implementation does not declare scenario 1.3 and workload 1.2 (R64)")
+    _runs_timing(description, documents)
 
 
 @tier
@@ -308,7 +323,7 @@ def test_sessions_single_run_invariants(
     cut off there, slo_met by R63's inclusive integer bounds, goodput within throughput, tpot_us
     over the completed requests with two tokens or more; and every invariant of sections 3 to
     7, 11 and 12."""
-    _needs_sessions(description)
+    _needs_sessions(description, documents)
     scenario, workload, timing = documents
     report = runner.report(documents)
     invariants.check_report(scenario, workload, report)
@@ -323,7 +338,7 @@ def test_sessions_a_stop_after_every_terminal_time_changes_nothing(
 ) -> None:
     """R62 (metamorphic): a stop time after the last terminal time changes nothing but the
     scenario's digest."""
-    _needs_sessions(description)
+    _needs_sessions(description, documents)
     scenario, workload, timing = documents
     free = {key: value for key, value in scenario.items() if key != "stop_at_us"}
     full = runner.report((free, workload, timing))
@@ -343,5 +358,5 @@ def test_sessions_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on section 13 (only with --differential, and
     only when both read scenario 1.3 and workload 1.2)."""
-    _needs_sessions(description)
+    _needs_sessions(description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-sessions")
