@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from servesim.contract.documents import build_timing_profile
 from servesim.contract.model import StepShape
 from servesim.contract.schemas import WRITTEN_REPORT_VERSIONS
+from servesim.contract.timing_profile import build_timing_profile
 
 REPO = Path(__file__).resolve().parents[1]
 PLAIN_LOOP = REPO / "conformance" / "examples" / "independent" / "servesim_independent.py"

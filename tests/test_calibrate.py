@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.contract.documents import build_timing_profile, load_document, read_document
+from servesim.contract.documents import load_document, read_document
 from servesim.contract.model import RegressionTiming, StepShape, TimingModel
+from servesim.contract.timing_profile import build_timing_profile
 from servesim.replay import replay
 from servesim.tools.calibrate import (
     CalibrateOptions,

@@ -15,7 +15,6 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.contract.documents import build_timing_profile
 from servesim.contract.model import (
     GridTiming,
     MeasuredTiming,
@@ -25,6 +24,7 @@ from servesim.contract.model import (
     round_half_away,
     rounding_extent,
 )
+from servesim.contract.timing_profile import build_timing_profile
 from servesim.engine import worker
 from servesim.engine.worker import RequestState, Step, measured_decode_run
 from servesim_conformance.strategies import REACHABLE, measured_timing_profiles

@@ -429,16 +429,16 @@ def test_migrate_file_reads_a_current_document_once(
     """Issue 16: a large report already at the current version was parsed twice (once to find
     its version, once to check it); now the check reuses the first parse, and the bytes are
     written as read."""
-    import servesim.contract.documents
+    import servesim.contract.json_reading
 
     parses: list[str] = []
-    read_json = servesim.contract.documents.read_json
+    read_json = servesim.contract.json_reading.read_json
 
     def counting(data: bytes, file: str) -> Any:
         parses.append(file)
         return read_json(data, file)
 
-    monkeypatch.setattr(servesim.contract.documents, "read_json", counting)
+    monkeypatch.setattr(servesim.contract.json_reading, "read_json", counting)
     source = tmp_path / "scenario.json"
     source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.3"}))
     output = tmp_path / "out.json"

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from servesim.contract.documents import build_scenario, build_workload, load_document
+from servesim.contract.documents import load_document
 from servesim.contract.errors import InvalidInput
 from servesim.contract.model import KvCache
+from servesim.contract.scenario import build_scenario
+from servesim.contract.workload import build_workload
 from servesim.replay import replay
 from tests.helpers import (
     REPO,

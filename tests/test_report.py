@@ -107,7 +107,9 @@ def test_r8_r19_equal_arrivals_queue_in_document_order(tmp_path: Path) -> None:
 
 def _simulated(trace: bool) -> Any:
     """A small replay's simulation result (no cache), for the R52 writer tests to annotate."""
-    from servesim.contract.documents import build_scenario, build_timing_profile, build_workload
+    from servesim.contract.scenario import build_scenario
+    from servesim.contract.timing_profile import build_timing_profile
+    from servesim.contract.workload import build_workload
     from servesim.engine.loop import simulate
 
     return simulate(
@@ -189,8 +191,10 @@ def test_r27_itl_counted_per_step_equals_the_gaps_of_completed_requests(stop: in
     every golden case, and with a stop time (R62) that cuts some requests off."""
     from collections import Counter
 
-    from servesim.contract.documents import build_scenario, build_timing_profile, build_workload
     from servesim.contract.errors import ServesimError
+    from servesim.contract.scenario import build_scenario
+    from servesim.contract.timing_profile import build_timing_profile
+    from servesim.contract.workload import build_workload
     from servesim.engine.loop import simulate
     from servesim.report.writer import _completed, itl_gaps
 

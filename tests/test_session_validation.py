@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from servesim.contract.documents import Document, load_document, pair_problems
+from servesim.contract.documents import Document, load_document
 from servesim.contract.errors import InvalidInput
+from servesim.contract.pair import pair_problems
 from servesim_conformance.evolution.strategies import documents
 from servesim_conformance.strategies import kv_input_triples
 from tests.helpers import (

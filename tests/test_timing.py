@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.contract.documents import build_timing_profile, load_document
+from servesim.contract.documents import load_document
 from servesim.contract.errors import InvalidInput
 from servesim.contract.model import Coverage, GridTiming, Interval, StepShape, interpolate
+from servesim.contract.timing_profile import build_timing_profile
 from servesim_conformance.corpus import INPUT_FILES
 from tests.helpers import (
     EXAMPLES,

@@ -21,15 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servesim.contract import validity
-from servesim.contract.documents import (
-    check_header,
-    has_long_digit_run,
-    load_document,
-    plain_numbers,
-    read_json,
-    schema_problems,
-)
+from servesim.contract.documents import load_document
 from servesim.contract.errors import InvalidInput
+from servesim.contract.header import check_header
+from servesim.contract.json_reading import has_long_digit_run, plain_numbers, read_json
+from servesim.contract.schema_check import schema_problems
 from servesim.contract.schemas import SUPPORTED_VERSIONS, load_schema
 from servesim_conformance.evolution.strategies import documents
 from tests.helpers import REPO

@@ -39,15 +39,11 @@ import orjson
 
 from servesim.contract import validity
 from servesim.contract.canonical import canonical_json
-from servesim.contract.documents import (
-    check_header,
-    parse_json,
-    plain_numbers,
-    pointer,
-    schema_problems,
-)
-from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.errors import InputProblem, InvalidInput, pointer
+from servesim.contract.header import check_header
+from servesim.contract.json_reading import parse_json, plain_numbers
 from servesim.contract.nearest_rank import PERCENTILES
+from servesim.contract.schema_check import schema_problems
 from servesim.engine.admission import REJECT_REASONS
 
 __all__ = [

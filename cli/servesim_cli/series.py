@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servesim.contract.documents import check_header, parse_json, pointer, read_input_bytes
-from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.errors import InputProblem, InvalidInput, pointer
+from servesim.contract.header import check_header
+from servesim.contract.json_reading import parse_json, read_input_bytes
 
 #: The number of bins a series gets when no width is asked for.
 DEFAULT_BINS = 200

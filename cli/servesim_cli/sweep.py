@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from servesim.contract.canonical import write_all_atomically
-from servesim.contract.documents import MAX_LISTED_PROBLEMS
-from servesim.contract.errors import InputProblem, InvalidInput, ServesimError
+from servesim.contract.errors import MAX_LISTED_PROBLEMS, InputProblem, InvalidInput, ServesimError
 from servesim.replay import read_inputs
 from servesim_cli import sweep_output
 from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command

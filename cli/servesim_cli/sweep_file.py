@@ -18,8 +18,8 @@ from typing import Any
 
 import jsonschema
 
-from servesim.contract.documents import as_json, parse_json, pointer, read_input_bytes
-from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.errors import InputProblem, InvalidInput, pointer
+from servesim.contract.json_reading import as_json, parse_json, read_input_bytes
 
 SCHEMA_FILE = Path(__file__).parent / "schemas" / "sweep.schema.json"
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from servesim.contract.documents import Document, check_pair, read_document
+from servesim.contract.documents import Document, read_document
 from servesim.contract.errors import ServesimError
+from servesim.contract.pair import check_pair
 from servesim_cli.command import EXIT_OK, Command
 from servesim_cli.messages import report_invalid
 

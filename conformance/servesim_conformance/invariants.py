@@ -336,13 +336,13 @@ def check_step_shapes(timing: Document, report: Document) -> None:
     """R22, R25, R30: each traced step's shape is what its requests say, it lasts what the
     timing profile gives that shape, and the report echoes the profile's calibration.
 
-    The duration is computed by the reference's models (``servesim.contract.documents``): the
-    harness
-    ships with the reference, and this check then holds any implementation to R22, R41, R42.
+    The duration is computed by the reference's models (``servesim.contract.timing_profile``):
+    the harness ships with the reference, and this check then holds any implementation to R22,
+    R41, R42.
     """
-    from servesim.contract.documents import build_timing_profile
     from servesim.contract.migrations import trace_entry_shape
     from servesim.contract.model import StepShape
+    from servesim.contract.timing_profile import build_timing_profile
 
     _require(
         report["inputs"]["timing_profile"]["calibration"] == timing.get("calibration"),

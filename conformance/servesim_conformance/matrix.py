@@ -24,8 +24,8 @@ from urllib.parse import quote
 
 import jsonschema
 
-from servesim.contract.documents import parse_json, pointer
-from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.errors import InputProblem, InvalidInput, pointer
+from servesim.contract.json_reading import parse_json
 from servesim.contract.schemas import schema_root
 from servesim_conformance.outcomes import Outcome
 from servesim_conformance.schemas import harness_schema

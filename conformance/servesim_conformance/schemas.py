@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 
-from servesim.contract.documents import pointer
+from servesim.contract.errors import pointer
 from servesim.contract.schemas import schema_root
 
 #: The folder of the harness's working schemas: the newest protocol's. Its documents describe

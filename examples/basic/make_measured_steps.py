@@ -13,8 +13,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from servesim.contract.documents import build_timing_profile, read_document
+from servesim.contract.documents import read_document
 from servesim.contract.model import StepShape, TimingModel
+from servesim.contract.timing_profile import build_timing_profile
 from servesim.engine.routing import SplitMix64
 
 HERE = Path(__file__).resolve().parent

@@ -5,16 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from servesim.contract.documents import (
-    Document,
-    build_scenario,
-    build_timing_profile,
-    build_workload,
-    check_pair,
-    pair_problems,
-    read_document,
-)
+from servesim.contract.documents import Document, read_document
 from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.pair import check_pair, pair_problems
+from servesim.contract.scenario import build_scenario
+from servesim.contract.timing_profile import build_timing_profile
+from servesim.contract.workload import build_workload
 from servesim.engine.loop import ProgressCallback, simulate
 from servesim.report.writer import report_chunks
 

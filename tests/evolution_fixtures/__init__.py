@@ -24,8 +24,9 @@ from typing import Any
 
 import jsonschema
 
-from servesim.contract.documents import Document, parse_json, pointer, semantic_problems
-from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.documents import Document, semantic_problems
+from servesim.contract.errors import InputProblem, InvalidInput, pointer
+from servesim.contract.json_reading import parse_json
 from servesim.contract.migrations import CHAIN as REFERENCE_CHAIN
 from servesim.contract.migrations import Migration, MigrationChain, relabel
 

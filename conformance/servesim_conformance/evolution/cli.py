@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from servesim_conformance.evolution.model import DEFAULT_EXAMPLES
 
 if TYPE_CHECKING:
-    from servesim.contract.documents import ParsedJson
+    from servesim.contract.json_reading import ParsedJson
     from servesim.contract.migrations import MigrationChain
     from servesim_conformance.evolution.model import Comparison, Direction
 
@@ -34,9 +34,9 @@ EXIT_UNDECIDED = 2
 
 class Check(Protocol):
     """What ``migrate`` checks a migrated document with: its bytes, file name and kind, and
-    the bytes already parsed (``servesim.contract.documents.read_json``) when the document needed no
-    step, so that a large current document is not parsed twice. It raises ``InvalidInput``
-    when the result is not a valid document of its new version."""
+    the bytes already parsed (``servesim.contract.json_reading.read_json``) when the document
+    needed no step, so that a large current document is not parsed twice. It raises
+    ``InvalidInput`` when the result is not a valid document of its new version."""
 
     def __call__(
         self, data: bytes, file: str, kind: str, parsed: ParsedJson | None = None
@@ -297,7 +297,8 @@ def run_schema(arguments: argparse.Namespace) -> int:
 
 def reference_check(data: bytes, file: str, kind: str, parsed: ParsedJson | None = None) -> None:
     """Check a migrated document as ``servesim validate`` would (R1 to R4)."""
-    from servesim.contract.documents import check_document, read_json
+    from servesim.contract.documents import check_document
+    from servesim.contract.json_reading import read_json
 
     check_document(parsed if parsed is not None else read_json(data, file), data, file, kind)
 
@@ -316,8 +317,8 @@ def migrate_file(
     a document its new version rejects.
     """
     from servesim.contract.canonical import write_atomically
-    from servesim.contract.documents import read_json
     from servesim.contract.errors import InvalidInput
+    from servesim.contract.json_reading import read_json
 
     try:
         try:

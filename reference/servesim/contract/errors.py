@@ -7,12 +7,17 @@ package prints.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jsonpointer import JsonPointer
+
 if TYPE_CHECKING:
     from servesim.contract.model import Coverage, StepShape
+
+#: How many problems one error message lists before summarising the rest.
+MAX_LISTED_PROBLEMS = 20
 
 
 @dataclass(frozen=True, order=True)
@@ -32,6 +37,11 @@ class InputProblem:
         return f"{self.file}: at {where}: {self.message}"
 
 
+def pointer(parts: Iterable[str | int]) -> str:
+    """The RFC 6901 JSON pointer for a path of keys and indices."""
+    return str(JsonPointer.from_parts([str(part) for part in parts]).path)
+
+
 class ServesimError(Exception):
     """The root of every error servesim raises on purpose."""
 
@@ -42,6 +52,20 @@ class InvalidInput(ServesimError):
     def __init__(self, problems: list[InputProblem] | tuple[InputProblem, ...]) -> None:
         self.problems = tuple(problems)
         super().__init__("\n".join(str(problem) for problem in self.problems))
+
+
+def raise_if_any(problems: list[InputProblem]) -> None:
+    """Raise ``InvalidInput`` with ``problems``, if there are any: the first
+    ``MAX_LISTED_PROBLEMS`` of them, then one line counting the rest, so that a file with
+    thousands of faults gives a message a reader can still read."""
+    if not problems:
+        return
+    listed = problems[:MAX_LISTED_PROBLEMS]
+    if len(problems) > len(listed):
+        more = len(problems) - len(listed)
+        last = listed[-1]
+        listed.append(InputProblem(last.file, "", f"... and {more} more problems"))
+    raise InvalidInput(listed)
 
 
 class UnrepresentableTime(ServesimError):

@@ -1,8 +1,9 @@
 """The validated input documents, as plain immutable data.
 
-These classes are built only by ``servesim.contract.documents`` after a document has passed its
-schema and
-the semantic checks of SPEC.md R4, so the simulator never re-checks them.
+These classes are built only by ``build_scenario``, ``build_workload`` and
+``build_timing_profile`` (in ``servesim.contract.scenario``, ``.workload`` and
+``.timing_profile``) after a document has passed its schema and the semantic checks of SPEC.md
+R4, so the simulator never re-checks them.
 """
 
 from __future__ import annotations

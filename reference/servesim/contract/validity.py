@@ -4,9 +4,8 @@ The Python ``jsonschema`` package walks a 48 MB report in tens of seconds; ``jso
 decides the same question in a fraction of a second. So every document is first put to
 ``jsonschema-rs``; only a document it rejects (or one it might judge differently, below) goes to
 ``jsonschema``, whose errors become the messages and JSON pointers users read
-(``servesim.contract.documents.schema_problems``). A valid document never pays for explanations,
-and an
-invalid one gets exactly the messages it always got.
+(``servesim.contract.schema_check.schema_problems``). A valid document never pays for
+explanations, and an invalid one gets exactly the messages it always got.
 
 Where the two validators could disagree, the fast one is not asked:
 

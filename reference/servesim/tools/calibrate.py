@@ -30,14 +30,9 @@ from functools import cache
 from typing import Any
 
 from servesim.contract.canonical import canonical_json
-from servesim.contract.documents import (
-    MAX_LISTED_PROBLEMS,
-    build_timing_profile,
-    load_document,
-    parse_json,
-    schema_problems,
-)
-from servesim.contract.errors import InputProblem, InvalidInput, ServesimError
+from servesim.contract.documents import load_document
+from servesim.contract.errors import MAX_LISTED_PROBLEMS, InputProblem, InvalidInput, ServesimError
+from servesim.contract.json_reading import parse_json
 from servesim.contract.model import (
     SHAPE_DIMENSIONS,
     Coverage,
@@ -49,7 +44,9 @@ from servesim.contract.model import (
     TimingModel,
 )
 from servesim.contract.nearest_rank import nearest_rank
+from servesim.contract.schema_check import schema_problems
 from servesim.contract.schemas import load_schema
+from servesim.contract.timing_profile import build_timing_profile
 from servesim.engine.routing import SplitMix64
 
 #: The percentiles of the error the summary reports (R44 step 4).
@@ -298,7 +295,7 @@ def report_measurements(data: bytes, file: str) -> tuple[Measurement, ...]:
 
 
 def _capped(problems: list[str]) -> list[str]:
-    """At most ``MAX_LISTED_PROBLEMS`` problems, then a count of the rest (as documents.py)."""
+    """At most ``MAX_LISTED_PROBLEMS`` problems, then a count of the rest (as ``raise_if_any``)."""
     if len(problems) <= MAX_LISTED_PROBLEMS:
         return problems
     more = len(problems) - MAX_LISTED_PROBLEMS

@@ -24,8 +24,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from servesim.contract.documents import parse_json, pointer, read_input_bytes
-from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.errors import InputProblem, InvalidInput, pointer
+from servesim.contract.json_reading import parse_json, read_input_bytes
 from servesim.tools.importers import MAX_TIME_US, TraceRecord
 
 MICROSECONDS_PER_SECOND = 1_000_000

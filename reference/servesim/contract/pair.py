@@ -1,0 +1,53 @@
+"""R4 across documents: what a scenario and a workload, each valid alone, break together.
+
+Each problem is reported in the file whose member is to change, naming the other file.
+"""
+
+from __future__ import annotations
+
+from servesim.contract.documents import Document
+from servesim.contract.errors import InputProblem, pointer, raise_if_any
+
+
+def pair_problems(scenario: Document, workload: Document) -> list[InputProblem]:
+    """R4's checks of a scenario and a workload together, each reported at the member to change.
+
+    R62: a stop time comes after the first arrival (a run that stops before anything arrives
+    would have no first arrival to measure from), reported at the scenario's ``/stop_at_us``.
+    R47: with a KV cache, a prefix hash covers whole cache blocks, so
+    ``prefix_hash_block_tokens`` is a multiple of ``block_tokens``, reported at the workload's
+    ``/prefix_hash_block_tokens``.
+    """
+    problems: list[InputProblem] = []
+    stop_at_us = scenario.value.get("stop_at_us")
+    if stop_at_us is not None:
+        requests = workload.value["requests"]
+        first = min(range(len(requests)), key=lambda index: requests[index]["arrival_us"])
+        earliest = requests[first]["arrival_us"]
+        if stop_at_us <= earliest:
+            problems.append(
+                InputProblem(
+                    scenario.file,
+                    "/stop_at_us",
+                    f"{stop_at_us} is not after the workload's first arrival ({earliest}, at "
+                    f"{pointer(['requests', first, 'arrival_us'])} in {workload.file}); "
+                    f"expected more than {earliest}",
+                )
+            )
+    kv_cache = scenario.value.get("kv_cache")
+    hash_tokens = workload.value.get("prefix_hash_block_tokens")
+    if kv_cache is not None and hash_tokens is not None and hash_tokens % kv_cache["block_tokens"]:
+        problems.append(
+            InputProblem(
+                workload.file,
+                "/prefix_hash_block_tokens",
+                f"{hash_tokens} is not a multiple of the scenario's kv_cache.block_tokens "
+                f"({kv_cache['block_tokens']}, in {scenario.file}); expected a multiple of it",
+            )
+        )
+    return problems
+
+
+def check_pair(scenario: Document, workload: Document) -> None:
+    """Raise ``InvalidInput`` if the scenario and the workload break R4 together."""
+    raise_if_any(pair_problems(scenario, workload))
