@@ -28,9 +28,8 @@ from servesim.tools.calibrate import (
     Measurement,
     calibrate,
     parse_identity,
-    spaced_ranks,
-    split,
 )
+from servesim.tools.calibrate.sampling import spaced_ranks, split
 from servesim_cli.main import main
 from tests.helpers import EXAMPLES, load_module, run_servesim
 

@@ -114,21 +114,49 @@ def test_the_check_sees_an_upward_import_between_layers(tmp_path: Path) -> None:
     assert any(_is_under(name, "servesim.tools") for name in names)
 
 
-def test_replay_loads_neither_the_suite_nor_other_commands() -> None:
-    """``servesim replay`` pays only for itself: the command line imports a subcommand's module
-    when that subcommand runs (the suite, the schema engine and matplotlib cost seconds)."""
+#: What ``servesim replay`` must not load, each with everything under it: the suite, the other
+#: commands, the calibration package (all its modules) and the libraries they bring.
+HEAVY = (
+    "servesim_conformance",
+    "servesim_cli.sweep",
+    "servesim_cli.plot",
+    "servesim_cli.matrix",
+    "servesim.tools.calibrate",
+    "matplotlib",
+    "hypothesis",
+)
+
+
+def _heavy_modules_loaded(command: str) -> list[str]:
+    """The modules under ``HEAVY`` that building ``servesim COMMAND``'s parser loads."""
     import subprocess
     import sys
 
     probe = (
         "import sys\n"
         "from servesim_cli.main import build_parser, _chosen\n"
-        "build_parser(_chosen(['replay', '--describe']))\n"
-        "heavy = ('servesim_conformance', 'servesim_cli.sweep', 'servesim_cli.plot', "
-        "'servesim_cli.matrix', 'servesim.tools.calibrate', 'matplotlib', 'hypothesis')\n"
-        "print(sorted(name for name in sys.modules if name.startswith(heavy)))\n"
+        f"build_parser(_chosen([{command!r}, '--describe']))\n"
+        f"heavy = {HEAVY!r}\n"
+        "print('\\n'.join(sorted(name for name in sys.modules\n"
+        "                  if any(name == h or name.startswith(h + '.') for h in heavy))))\n"
     )
     completed = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
-    assert completed.stdout.strip() == "[]"
+    return completed.stdout.split()
+
+
+def test_replay_loads_neither_the_suite_nor_other_commands() -> None:
+    """``servesim replay`` pays only for itself: the command line imports a subcommand's module
+    when that subcommand runs (the suite, the schema engine and matplotlib cost seconds)."""
+    assert _heavy_modules_loaded("replay") == []
+
+
+def test_the_probe_sees_every_module_of_the_calibration_package() -> None:
+    """The probe above is not empty for want of looking: ``servesim calibrate`` loads the
+    calibration package, and the probe finds each of its modules, so none of them can creep
+    into ``replay`` unseen."""
+    package = REFERENCE / "tools" / "calibrate"
+    modules = {f"servesim.tools.calibrate.{path.stem}" for path in package.glob("[!_]*.py")}
+    assert len(modules) > 1, "the calibration package moved: HEAVY must follow it"
+    assert modules <= set(_heavy_modules_loaded("calibrate"))

@@ -29,8 +29,9 @@ from typing import Any
 import pytest
 
 from servesim.replay import replay
-from servesim_cli import figures as figures_module
+from servesim_cli import figures_bytes
 from servesim_cli.figures import FiguresTap, figures_of, flat_figures, read_figures
+from servesim_cli.figures_tpot import tpot_statistics
 from servesim_cli.main import main
 from tests.helpers import (
     REPO,
@@ -184,8 +185,8 @@ def test_the_skipped_parts_are_emptied_across_any_block_boundary(
     for report in traced[:5]:
         data = report.read_bytes()
         for block in (1, 2, 7, 13, 64):
-            monkeypatch.setattr(figures_module, "_BLOCK_BYTES", block)
-            reduced = figures_module._reduced_report(io.BytesIO(data))
+            monkeypatch.setattr(figures_bytes, "_BLOCK_BYTES", block)
+            reduced = figures_bytes.reduced_report(io.BytesIO(data))
             assert reduced is not None
             value = json.loads(reduced)
             assert value["trace"] == []
@@ -206,7 +207,7 @@ def test_a_report_in_another_layout_is_read_whole(tmp_path: Path) -> None:
     value["trace"] = value.pop("trace")
     unsorted.write_text(json.dumps(value, separators=(",", ":")))
     with unsorted.open("rb") as stream:
-        assert figures_module._reduced_report(stream) is None
+        assert figures_bytes.reduced_report(stream) is None
     expected = replace(read_figures(report), file="")
     assert replace(read_figures(pretty), file="") == expected
     assert replace(read_figures(unsorted), file="") == expected
@@ -245,10 +246,10 @@ def test_figures_taken_while_writing_are_those_read_back(hand_report: Path) -> N
 def test_a_report_is_parsed_as_the_standard_parser_parses_it(text: bytes) -> None:
     """orjson reads reports where it agrees with ``json``; ``json`` decides everything else."""
     try:
-        expected = json.loads(text, parse_constant=figures_module._not_a_number)
+        expected = json.loads(text, parse_constant=figures_bytes._not_a_number)
     except (ValueError, RecursionError):
         expected = None
-    parsed = figures_module._parsed(text)
+    parsed = figures_bytes.parsed(text)
     assert parsed == expected
     assert json.dumps(parsed) == json.dumps(expected)  # the same types (int stays int)
 
@@ -266,7 +267,7 @@ def test_a_report_is_parsed_as_the_standard_parser_parses_it(text: bytes) -> Non
     ],
 )
 def test_long_integers_are_told_from_long_digit_runs_in_strings(text: bytes, long: bool) -> None:
-    assert figures_module._may_hold_a_long_integer(text) is long
+    assert figures_bytes._may_hold_a_long_integer(text) is long
 
 
 def test_replay_summary_does_not_import_jsonschema(tmp_path: Path) -> None:
@@ -356,7 +357,7 @@ def test_tpot_order_is_exact_where_floats_tie() -> None:
         {"outcome": "completed", "output_tokens": 4, "first_token_us": 0, "completion_us": span}
         for span in (3 * k + 2, 3 * k + 1)
     ]
-    tpot = figures_module._tpot_statistics(requests, "r.json")
+    tpot = tpot_statistics(requests, "r.json")
     assert tpot.min == tpot.percentile(50) == Fraction(3 * k + 1, 3)
     assert tpot.max == tpot.percentile(90) == Fraction(3 * k + 2, 3)
     assert tpot.mean == Fraction(6 * k + 3, 6)

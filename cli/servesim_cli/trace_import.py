@@ -17,6 +17,7 @@ from servesim.tools.importers import (
     READERS,
     ImportOptions,
     TooManyHashes,
+    TraceRecord,
     hash_block_tokens,
     read_trace,
     select,
@@ -88,36 +89,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    window = arguments.window or (Fraction(0), None)
-    if window[1] is not None and window[0] >= window[1]:
-        parser.error(f"argument --window: START must be below END, found {window[0]} {window[1]}")
-    if arguments.hash_block_tokens is not None and arguments.format == "weka":
-        parser.error("argument --hash-block-tokens: weka files give their block_size")
-    if arguments.hash_block_tokens is not None and arguments.format != "mooncake":
-        parser.error(f"argument --hash-block-tokens: {arguments.format} traces have no hashes")
-    if arguments.format != "weka" and len(arguments.trace) > 1:
-        parser.error(f"argument FILE: {arguments.format} reads one trace file")
-    if arguments.format != "weka" and arguments.stagger:
-        parser.error("argument --stagger: only weka files are separate sessions")
+    _check_combinations(arguments, parser)
     trace = ", ".join(arguments.trace)
-    block_tokens = arguments.hash_block_tokens or MOONCAKE_HASH_BLOCK_TOKENS
-    options = ImportOptions(
-        limit=arguments.limit,
-        window_start_s=window[0],
-        window_end_s=window[1],
-        speedup=arguments.speedup,
-        hash_block_tokens=None if arguments.no_prefix_hashes else block_tokens,
-    )
+    options = _options(arguments)
     try:
-        if arguments.format == "weka":
-            stagger_us = math.floor(arguments.stagger * 1_000_000)
-            paths = [Path(path) for path in arguments.trace]
-            turns, block_size = weka_records(paths, stagger_us, not arguments.no_prefix_hashes)
-            records = list(select(iter(turns), options))
-            blocks = None if arguments.no_prefix_hashes else block_size
-        else:
-            records = list(read_trace(arguments.format, Path(arguments.trace[0]), options))
-            blocks = hash_block_tokens(arguments.format, options)
+        records, blocks = _records(arguments, options)
         data, count = workload_bytes(arguments.format, iter(records), blocks)
     except TooManyHashes as error:
         code = report_invalid(error)
@@ -135,19 +111,70 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if count == 0:
         print(f"servesim: {trace}: no request is left to import", file=sys.stderr)
         return EXIT_INVALID_INPUT
+    return _write(arguments.output, trace, data, _status(arguments.output, count, records))
+
+
+def _check_combinations(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The usage errors argparse cannot see option by option: they depend on the format or on
+    two values together (``parser.error`` exits 2)."""
+    window = arguments.window or (Fraction(0), None)
+    if window[1] is not None and window[0] >= window[1]:
+        parser.error(f"argument --window: START must be below END, found {window[0]} {window[1]}")
+    if arguments.hash_block_tokens is not None and arguments.format == "weka":
+        parser.error("argument --hash-block-tokens: weka files give their block_size")
+    if arguments.hash_block_tokens is not None and arguments.format != "mooncake":
+        parser.error(f"argument --hash-block-tokens: {arguments.format} traces have no hashes")
+    if arguments.format != "weka" and len(arguments.trace) > 1:
+        parser.error(f"argument FILE: {arguments.format} reads one trace file")
+    if arguments.format != "weka" and arguments.stagger:
+        parser.error("argument --stagger: only weka files are separate sessions")
+
+
+def _options(arguments: argparse.Namespace) -> ImportOptions:
+    """What the arguments keep of the trace, and the prefix hashes' block size."""
+    window = arguments.window or (Fraction(0), None)
+    block_tokens = arguments.hash_block_tokens or MOONCAKE_HASH_BLOCK_TOKENS
+    return ImportOptions(
+        limit=arguments.limit,
+        window_start_s=window[0],
+        window_end_s=window[1],
+        speedup=arguments.speedup,
+        hash_block_tokens=None if arguments.no_prefix_hashes else block_tokens,
+    )
+
+
+def _records(
+    arguments: argparse.Namespace, options: ImportOptions
+) -> tuple[list[TraceRecord], int | None]:
+    """The records the options keep, and the workload's ``prefix_hash_block_tokens`` (``None``:
+    the workload has no prefix hashes); weka's block size comes from its files."""
+    if arguments.format == "weka":
+        stagger_us = math.floor(arguments.stagger * 1_000_000)
+        paths = [Path(path) for path in arguments.trace]
+        turns, block_size = weka_records(paths, stagger_us, not arguments.no_prefix_hashes)
+        records = list(select(iter(turns), options))
+        return records, None if arguments.no_prefix_hashes else block_size
+    records = list(read_trace(arguments.format, Path(arguments.trace[0]), options))
+    return records, hash_block_tokens(arguments.format, options)
+
+
+def _status(output: str, count: int, records: list[TraceRecord]) -> str:
+    """The line that says what was written: requests, and sessions if there are any."""
+    sessions = len({record.session for record in records if record.session is not None})
+    return f"{output}: {count} requests" + (f", {sessions} sessions" if sessions else "")
+
+
+def _write(output: str, trace: str, data: bytes, status: str) -> int:
+    """The workload written, if it is valid, then its status line."""
     try:  # values beyond the schema's bounds (R3) are the trace's fault: say so, write nothing
-        load_document(data, arguments.output, "workload")
+        load_document(data, output, "workload")
     except ServesimError as error:
         print(f"servesim: {trace} does not make a valid workload:", file=sys.stderr)
         return report_invalid(error)
-    written = write_output(arguments.output, data, "the workload")
+    written = write_output(output, data, "the workload")
     if written != EXIT_OK:
         return written
-    sessions = len({record.session for record in records if record.session is not None})
-    status = f"{arguments.output}: {count} requests" + (
-        f", {sessions} sessions" if sessions else ""
-    )
-    print(status, file=_status_stream(arguments.output))
+    print(status, file=_status_stream(output))
     return EXIT_OK
 
 

@@ -1,0 +1,167 @@
+"""A parsed report's figures (SPEC.md R25 to R29, R52, R63), for any report version 1.0 to 5.0.
+
+Where the figures come from:
+
+- the report as written: counts, makespan, the R27 statistics of queue time, TTFT, ITL and E2E,
+  the per-worker counters, the input digests;
+- derived exactly (``Fraction``) from the report's integers: throughputs
+  (``completed * 10**6 / makespan_us``, and goodput's likewise), each worker's utilisation
+  (``busy_us / makespan_us``), and per-request TPOT (``figures_tpot``);
+- absent from older reports, and read as R64's migration to 5.0 gives them: ``cut_off`` is 0
+  before 5.0, there is no goodput without ``slo`` (R63), and no request has a session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from servesim.contract import validity
+from servesim.contract.canonical import canonical_json
+from servesim.contract.errors import InvalidInput
+from servesim.contract.header import check_header
+from servesim.contract.json_reading import plain_numbers
+from servesim.contract.nearest_rank import PERCENTILES
+from servesim.contract.schema_check import schema_problems
+from servesim.engine.admission import REJECT_REASONS
+from servesim_cli.figures_model import (
+    GoodputFigures,
+    Inputs,
+    KvCacheFigures,
+    ReportFigures,
+    Statistics,
+    Value,
+    WorkerSpread,
+)
+from servesim_cli.figures_tpot import tpot_statistics
+
+
+def figures_of(value: Any, file: str) -> ReportFigures:
+    """The figures of a parsed report (``token_times_us`` and ``trace`` may be emptied)."""
+    _, version = check_header(value, file, "report")
+    _check(value, version, file)
+    summary = value["summary"]
+    makespan = summary["makespan_us"]
+    inputs = value["inputs"]
+    calibration = inputs["timing_profile"].get("calibration")
+    return ReportFigures(
+        file=file,
+        schema_version=version,
+        inputs=Inputs(
+            scenario_sha256=inputs["scenario"]["sha256"],
+            workload_sha256=inputs["workload"]["sha256"],
+            timing_profile_sha256=inputs["timing_profile"]["sha256"],
+            calibration=None if calibration is None else canonical_json(calibration).decode(),
+        ),
+        traced=value["trace"] is not None,
+        requests=summary["requests"],
+        completed=summary["completed"],
+        rejected=summary["rejected"],
+        rejected_by_reason=tuple(
+            # A report before 3.0 has no exceeds_kv_cache: it comes from a scenario without a
+            # cache, where the count is 0 (R53), so reports of every version show the same rows.
+            (reason, summary["rejected_by_reason"].get(reason, 0))
+            for reason in REJECT_REASONS
+        ),
+        prompt_tokens=summary["prompt_tokens"],
+        output_tokens=summary["output_tokens"],
+        steps=summary["steps"],
+        first_arrival_us=summary["first_arrival_us"],
+        makespan_us=makespan,
+        request_throughput_per_s=_quotient(summary["completed"] * 1_000_000, makespan),
+        output_token_throughput_per_s=_quotient(summary["output_tokens"] * 1_000_000, makespan),
+        queue_us=_as_written(summary["queue_us"]),
+        ttft_us=_as_written(summary["ttft_us"]),
+        itl_us=_as_written(summary["itl_us"]),
+        tpot_us=tpot_statistics(value["requests"], file),
+        e2e_us=_as_written(summary["e2e_us"]),
+        workers=_worker_spread(value["workers"], makespan),
+        kv_cache=_kv_cache_figures(summary, value["workers"]),
+        cut_off=summary.get("cut_off", 0),
+        sessions=len({r.get("session") for r in value["requests"]} - {None}),
+        goodput=_goodput_figures(summary, makespan),
+    )
+
+
+def _goodput_figures(summary: Mapping[str, Any], makespan_us: int) -> GoodputFigures | None:
+    """R63's goodput, ``None`` when the report has none (no ``slo``, or a report before 5.0)."""
+    goodput = summary.get("goodput")
+    if goodput is None:
+        return None
+    return GoodputFigures(
+        requests=goodput["requests"],
+        output_tokens=goodput["output_tokens"],
+        share_of_completed=_quotient(goodput["requests"], summary["completed"]),
+        request_throughput_per_s=_quotient(goodput["requests"] * 1_000_000, makespan_us),
+        output_token_throughput_per_s=_quotient(goodput["output_tokens"] * 1_000_000, makespan_us),
+    )
+
+
+def _kv_cache_figures(
+    summary: Mapping[str, Any], workers: Sequence[Mapping[str, Any]]
+) -> KvCacheFigures | None:
+    """R52's cache figures, ``None`` when the report has none (``kv_cache`` null or absent)."""
+    cache = summary.get("kv_cache")
+    if cache is None:
+        return None
+    return KvCacheFigures(
+        reused_prompt_tokens=cache["reused_prompt_tokens"],
+        prefix_reuse_ratio=_quotient(cache["reused_prompt_tokens"], summary["prompt_tokens"]),
+        preemptions=cache["preemptions"],
+        evictions=cache["evictions"],
+        peak_blocks_in_use=max(worker["kv_cache"]["peak_blocks_in_use"] for worker in workers),
+    )
+
+
+def _quotient(numerator: int, denominator: int) -> Value:
+    return None if denominator == 0 else Fraction(numerator, denominator)
+
+
+def _exact(number: int | float | None) -> Value:
+    """A report number as an exact value (a float is exactly the binary64 the report holds)."""
+    return None if number is None else Fraction(number)
+
+
+def _as_written(statistics: Mapping[str, Any]) -> Statistics:
+    return Statistics(
+        count=statistics["count"],
+        min=_exact(statistics["min"]),
+        max=_exact(statistics["max"]),
+        mean=_exact(statistics["mean"]),
+        percentiles=tuple((percent, _exact(statistics[f"p{percent}"])) for percent in PERCENTILES),
+    )
+
+
+def _check(value: dict[str, Any], version: str, file: str) -> None:
+    """R3 for what the figures read: the whole schema, but for the requests after the first
+    (checking 12,000 requests member by member with jsonschema takes seconds, longer than all
+    the rest); ``tpot_statistics`` checks what it reads of those."""
+    requests = value.get("requests")
+    sample = {**value, "requests": requests[:1]} if isinstance(requests, list) else value
+    # A valid sample is recognised fast (servesim.contract.validity); only an invalid one is
+    # explained.
+    if plain_numbers(sample) and validity.is_valid(sample, "report", version):
+        return
+    problems = schema_problems(sample, "report", version, file)
+    if problems:
+        raise InvalidInput(problems)
+
+
+def _worker_spread(workers: Sequence[Mapping[str, Any]], makespan_us: int) -> WorkerSpread:
+    busy = [worker["busy_us"] for worker in workers]
+    least = min(range(len(busy)), key=busy.__getitem__)
+    most = max(range(len(busy)), key=lambda index: (busy[index], -index))
+    routed = [worker["routed"] for worker in workers]
+    return WorkerSpread(
+        workers=len(workers),
+        utilization_min=_quotient(busy[least], makespan_us),
+        utilization_mean=_quotient(sum(busy), makespan_us * len(workers)),
+        utilization_max=_quotient(busy[most], makespan_us),
+        least_busy_worker=workers[least]["worker"],
+        most_busy_worker=workers[most]["worker"],
+        routed_min=min(routed),
+        routed_max=max(routed),
+        peak_running=max(worker["peak_running"] for worker in workers),
+        peak_waiting=max(worker["peak_waiting"] for worker in workers),
+    )

@@ -1,0 +1,151 @@
+"""Every figure of a report by a stable dotted name, a label and a unit, in table order: the
+rows ``servesim summary`` prints and ``servesim compare`` pairs, the same for any two reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+
+from servesim_cli.figures_model import (
+    GoodputFigures,
+    KvCacheFigures,
+    ReportFigures,
+    Statistics,
+    Value,
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure by a stable name, for tables, comparisons and machine-readable output."""
+
+    #: A stable dotted name, e.g. ``ttft_us.p99`` or ``rejected_by_reason.empty_prompt``.
+    key: str
+    #: What a table calls it, e.g. ``TTFT p99``.
+    label: str
+    #: How to show it: ``count``; ``ms`` and ``s`` (the value is in microseconds);
+    #: ``per_s``; ``percent`` (the value is a ratio).
+    unit: str
+    value: Value
+
+
+def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
+    """Every figure of a report in table order: counts, throughput, latencies, workers."""
+    counts = [
+        Figure("requests", "requests", "count", Fraction(figures.requests)),
+        Figure("completed", "completed", "count", Fraction(figures.completed)),
+        Figure("rejected", "rejected", "count", Fraction(figures.rejected)),
+        *(
+            Figure(f"rejected_by_reason.{reason}", f"rejected: {reason}", "count", Fraction(n))
+            for reason, n in figures.rejected_by_reason
+        ),
+        Figure("cut_off", "cut off", "count", Fraction(figures.cut_off)),
+        Figure("sessions", "sessions", "count", Fraction(figures.sessions)),
+        Figure("prompt_tokens", "prompt tokens", "count", Fraction(figures.prompt_tokens)),
+        Figure("output_tokens", "output tokens", "count", Fraction(figures.output_tokens)),
+        Figure("steps", "steps", "count", Fraction(figures.steps)),
+        Figure("makespan_us", "makespan", "s", Fraction(figures.makespan_us)),
+        Figure(
+            "request_throughput_per_s",
+            "request throughput",
+            "per_s",
+            figures.request_throughput_per_s,
+        ),
+        Figure(
+            "output_token_throughput_per_s",
+            "output token throughput",
+            "per_s",
+            figures.output_token_throughput_per_s,
+        ),
+    ]
+    latencies = [
+        Figure(f"{name}_us.{part}", f"{name.upper()} {part}", unit, value)
+        for name, statistics in figures.latencies()
+        for part, unit, value in _parts(statistics)
+    ]
+    spread = figures.workers
+    workers = [
+        Figure("workers", "workers", "count", Fraction(spread.workers)),
+        Figure("workers.utilization_min", "utilisation min", "percent", spread.utilization_min),
+        Figure("workers.utilization_mean", "utilisation mean", "percent", spread.utilization_mean),
+        Figure("workers.utilization_max", "utilisation max", "percent", spread.utilization_max),
+        Figure("workers.routed_min", "routed min", "count", Fraction(spread.routed_min)),
+        Figure("workers.routed_max", "routed max", "count", Fraction(spread.routed_max)),
+        Figure("workers.peak_running", "peak running", "count", Fraction(spread.peak_running)),
+        Figure("workers.peak_waiting", "peak waiting", "count", Fraction(spread.peak_waiting)),
+    ]
+    return (
+        *counts,
+        *_goodput_flat(figures.goodput),
+        *latencies,
+        *workers,
+        *_kv_cache_flat(figures.kv_cache),
+    )
+
+
+#: Goodput's figures: key, label and unit (R63).
+_GOODPUT_FIGURES = (
+    ("goodput.requests", "goodput requests", "count"),
+    ("goodput.share_of_completed", "goodput share of completed", "percent"),
+    ("goodput.output_tokens", "goodput output tokens", "count"),
+    ("goodput.request_throughput_per_s", "goodput request throughput", "per_s"),
+    ("goodput.output_token_throughput_per_s", "goodput output token throughput", "per_s"),
+)
+
+
+def _goodput_flat(goodput: GoodputFigures | None) -> tuple[Figure, ...]:
+    """Goodput's figures; without objectives each is ``None`` (as the cache's, so that any two
+    reports have the same figures in the same order)."""
+    values: tuple[Value, ...] = (None,) * len(_GOODPUT_FIGURES)
+    if goodput is not None:
+        values = (
+            Fraction(goodput.requests),
+            goodput.share_of_completed,
+            Fraction(goodput.output_tokens),
+            goodput.request_throughput_per_s,
+            goodput.output_token_throughput_per_s,
+        )
+    return tuple(
+        Figure(key, label, unit, value)
+        for (key, label, unit), value in zip(_GOODPUT_FIGURES, values, strict=True)
+    )
+
+
+#: The cache's figures: key, label and unit (R52).
+_KV_CACHE_FIGURES = (
+    ("kv_cache.reused_prompt_tokens", "reused prompt tokens", "count"),
+    ("kv_cache.prefix_reuse_ratio", "prefix reuse", "percent"),
+    ("kv_cache.preemptions", "preemptions", "count"),
+    ("kv_cache.evictions", "evictions", "count"),
+    ("kv_cache.peak_blocks_in_use", "peak blocks in use", "count"),
+)
+
+
+def _kv_cache_flat(cache: KvCacheFigures | None) -> tuple[Figure, ...]:
+    """The cache's figures; without a cache each is ``None``, so that any two reports have the
+    same figures in the same order (``servesim compare`` pairs them)."""
+    values: tuple[Value, ...] = (None,) * len(_KV_CACHE_FIGURES)
+    if cache is not None:
+        values = (
+            Fraction(cache.reused_prompt_tokens),
+            cache.prefix_reuse_ratio,
+            Fraction(cache.preemptions),
+            Fraction(cache.evictions),
+            Fraction(cache.peak_blocks_in_use),
+        )
+    return tuple(
+        Figure(key, label, unit, value)
+        for (key, label, unit), value in zip(_KV_CACHE_FIGURES, values, strict=True)
+    )
+
+
+def _parts(statistics: Statistics) -> Iterator[tuple[str, str, Value]]:
+    """A latency's figures in table order: count, mean, min, the percentiles, max."""
+    yield "count", "count", Fraction(statistics.count)
+    yield "mean", "ms", statistics.mean
+    yield "min", "ms", statistics.min
+    for percent, value in statistics.percentiles:
+        yield f"p{percent}", "ms", value
+    yield "max", "ms", statistics.max

@@ -1,0 +1,143 @@
+"""The figures of one report as small frozen values (SPEC.md R25 to R29, R52, R63): what
+``servesim summary``, ``servesim compare``, ``servesim replay`` and any other reader (plots,
+sweeps) show, every duration in microseconds and every derived figure exact (``Fraction``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+
+#: A figure's value: exact, or ``None`` where the report has no samples (R27) or no makespan.
+Value = Fraction | None
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """R27 statistics of one latency, in microseconds."""
+
+    count: int
+    min: Value
+    max: Value
+    mean: Value
+    #: percent -> the nearest-rank percentile, for each of ``PERCENTILES``.
+    percentiles: tuple[tuple[int, Value], ...]
+
+    def percentile(self, percent: int) -> Value:
+        """The ``percent``-th nearest-rank percentile (one of ``PERCENTILES``)."""
+        return dict(self.percentiles)[percent]
+
+
+@dataclass(frozen=True)
+class WorkerSpread:
+    """How evenly the fleet was used (R29): the spread of the per-worker counters."""
+
+    workers: int
+    utilization_min: Value
+    utilization_mean: Value
+    utilization_max: Value
+    #: The worker with the lowest and the highest utilisation (the first one on a tie).
+    least_busy_worker: int
+    most_busy_worker: int
+    routed_min: int
+    routed_max: int
+    peak_running: int
+    peak_waiting: int
+
+
+@dataclass(frozen=True)
+class KvCacheFigures:
+    """What the report says of the workers' KV caches (R52); only a report 3.0 or later of a
+    scenario with ``kv_cache`` has them."""
+
+    reused_prompt_tokens: int
+    #: Reused over all prompt tokens of completed requests, exact (R52 writes it rounded).
+    prefix_reuse_ratio: Value
+    preemptions: int
+    evictions: int
+    #: The largest ``peak_blocks_in_use`` of any worker.
+    peak_blocks_in_use: int
+
+
+@dataclass(frozen=True)
+class GoodputFigures:
+    """The requests that met the scenario's objectives (R63); only a report 5.0 of a scenario
+    with ``slo`` has them."""
+
+    requests: int
+    output_tokens: int
+    #: Requests that met the objectives over the completed ones, exact; ``None`` if none completed.
+    share_of_completed: Value
+    request_throughput_per_s: Value
+    output_token_throughput_per_s: Value
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the report was made from (R25)."""
+
+    scenario_sha256: str
+    workload_sha256: str
+    timing_profile_sha256: str
+    #: The timing profile's calibration member as canonical JSON text; ``None`` when it has none
+    #: (a synthetic profile, or a 1.0 report, which cannot say).
+    calibration: str | None
+
+    def calibration_label(self) -> str:
+        """The calibration in a few words: engine and version, model and revision, GPU."""
+        if self.calibration is None:
+            return "none"
+        identity = json.loads(self.calibration)
+        return (
+            f"{identity['engine']} {identity['engine_version']}, {identity['model']} "
+            f"@ {identity['model_revision']}, {identity['gpu']}"
+        )
+
+
+@dataclass(frozen=True)
+class ReportFigures:
+    """The figures of one report; every duration in microseconds."""
+
+    file: str
+    schema_version: str
+    inputs: Inputs
+    #: Whether the report holds a step trace (R30).
+    traced: bool
+    requests: int
+    completed: int
+    rejected: int
+    #: Every R10 reason with its count, in R10 order.
+    rejected_by_reason: tuple[tuple[str, int], ...]
+    prompt_tokens: int
+    output_tokens: int
+    steps: int
+    first_arrival_us: int
+    makespan_us: int
+    request_throughput_per_s: Value
+    output_token_throughput_per_s: Value
+    queue_us: Statistics
+    ttft_us: Statistics
+    itl_us: Statistics
+    #: Per-request time per output token, exact (``servesim_cli.figures_tpot``).
+    tpot_us: Statistics
+    e2e_us: Statistics
+    workers: WorkerSpread
+    #: ``None`` without a cache (every report before 3.0, R53).
+    kv_cache: KvCacheFigures | None = None
+    #: Requests cut off by the stop time (R62); 0 before report 5.0.
+    cut_off: int = 0
+    #: How many sessions the requests belong to (R59, R64); 0 before report 5.0.
+    sessions: int = 0
+    #: ``None`` without ``slo`` (every report before 5.0).
+    goodput: GoodputFigures | None = None
+
+    def latencies(self) -> tuple[tuple[str, Statistics], ...]:
+        """Each latency by its short name, in the order a table shows them."""
+        return (
+            ("queue", self.queue_us),
+            ("ttft", self.ttft_us),
+            ("itl", self.itl_us),
+            ("tpot", self.tpot_us),
+            ("e2e", self.e2e_us),
+        )
