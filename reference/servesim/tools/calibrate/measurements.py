@@ -225,7 +225,7 @@ def report_measurements(data: bytes, file: str) -> tuple[Measurement, ...]:
 
 
 def _capped(problems: list[str]) -> list[str]:
-    """At most ``MAX_LISTED_PROBLEMS`` problems, then a count of the rest (as documents.py)."""
+    """At most ``MAX_LISTED_PROBLEMS`` problems, then a count of the rest (as ``raise_if_any``)."""
     if len(problems) <= MAX_LISTED_PROBLEMS:
         return problems
     more = len(problems) - MAX_LISTED_PROBLEMS
