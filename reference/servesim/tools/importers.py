@@ -2,7 +2,7 @@
 
 Arrivals become integer microseconds relative to the first record of the trace; request ids are
 derived from the source record (its line number), so they are stable across imports with
-different options. Formats are described in ``../shared/traces/README.md`` and in README.md.
+different options. Formats are described in ``benchmarks/traces/README.md`` and in README.md.
 
 Mooncake lines that name a ``session_id`` become the turns of one session (SPEC.md R65): turn 0
 keeps its timestamp, each later turn gets turn 0's arrival and ``think_time_us`` = ``delay``

@@ -1,6 +1,6 @@
 """``servesim import weka``: agentic coding sessions (WEKA's kv-cache-tester traces) as sessions.
 
-Each file is one user session (README of ``../shared/traces/weka_agentic_sessions/``): a list of
+Each file is one user session (README of ``benchmarks/traces/weka_agentic_sessions/``): a list of
 requests in order, each with its prompt (``in``), output (``out``), the hashes of its prompt's
 full blocks of ``block_size`` tokens (``hash_ids``) and ``think_time``, the client's delay in
 seconds before it. That is a workload 1.2 session as SPEC.md R59 reads it: turn 0 arrives at the
