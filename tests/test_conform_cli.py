@@ -101,6 +101,14 @@ def test_unusable_implementation_exits_2(command: str, message: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_r73_a_run_in_which_no_case_ran_exits_1() -> None:
+    """Skips never count as passes: a run whose every case was skipped checked nothing."""
+    result = conform("--impl", fake_command("no-chunking"), "--case", "valid/smoke-chunked")
+    assert result.returncode == 1
+    assert "1 skip" in result.stdout
+    assert "no case ran, so nothing was checked" in result.stderr
+
+
 def test_feature_filter_selects_tagged_cases() -> None:
     result = conform("--feature", "routing.random", "-v")
     assert result.returncode == 0

@@ -15,6 +15,7 @@ import servesim
 from servesim.contract.errors import OutOfCoverage, ServesimError
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, Expect, load_corpus
 from servesim_conformance.coverage import coverage_table, spec_rules
+from servesim_conformance.features import FEATURES, Kind
 from tests.golden_snapshots import GOLDEN
 from tests.helpers import REPO
 
@@ -26,6 +27,9 @@ INVALID = [case for case in CORPUS.cases if not case.valid]
 #: evolution tests check them (SPEC.md section 9), and the tools' own tests the others (R44
 #: calibration, R65 the Mooncake importer's sessions).
 TOOL_RULES = {"R33", "R34", "R35", "R36", "R37", "R39", "R44", "R65"}
+#: SPEC.md section 14: the harness's own contract, which the harness tests check (a golden case
+#: is run by the harness, it does not exercise it).
+HARNESS_RULES = {f"R{number}" for number in range(66, 74)}
 #: A valid case at most this big must carry a hand derivation.
 SMALL_CASE_REQUESTS = 6
 
@@ -58,7 +62,7 @@ def test_corpus_is_large_enough() -> None:
 def test_every_rule_is_covered_by_a_case() -> None:
     covered = {rule for case in CORPUS.cases for rule in case.rules}
     assert covered <= _spec_rules(), "cases name rules the spec does not have"
-    assert _spec_rules() - TOOL_RULES - covered == set()
+    assert _spec_rules() - TOOL_RULES - HARNESS_RULES - covered == set()
 
 
 @pytest.mark.parametrize("case", VALID, ids=[case.id for case in VALID])
@@ -75,6 +79,11 @@ def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no
         scenario["scheduler"]["prefill"]["mode"] == "chunked"
     )
     assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
+    # R69: the timing tags follow the profile's model; no case names a baseline tag
+    model = json.loads((case.folder / "timing-profile.json").read_bytes())["model"]["kind"]
+    for kind in ("grid", "regression"):
+        assert (f"timing.{kind}" in case.features) == (model == kind)
+    assert not case.features & {tag for tag, k in FEATURES.items() if k is Kind.BASELINE}
 
 
 @pytest.mark.parametrize("case", UNCOVERED, ids=[case.id for case in UNCOVERED])

@@ -15,6 +15,7 @@ from servesim.contract.canonical import canonical_json
 from servesim_conformance.corpus import Case, CorpusError, Expect, load_corpus
 from servesim_conformance.features import ADDITIVE, FEATURES, Kind
 from servesim_conformance.implementation import (
+    DEFAULT_TIMEOUT_S,
     HarnessError,
     Implementation,
     version_problems,
@@ -486,3 +487,136 @@ def test_a_protocol_3_implementation_is_accepted() -> None:
     description = implementation.describe()
     assert description.protocol_version == 3
     assert run_case(VALID, implementation, description).outcome is Outcome.PASS
+
+
+# Section 14 of SPEC.md (R66 to R73): the harness's contract, as the harness keeps it.
+
+
+def test_r66_a_case_runs_on_copies_named_absolutely_in_a_fresh_folder() -> None:
+    implementation = fake("show-arguments")
+    result = run_case(VALID, implementation, implementation.describe())
+    assert result.outcome is Outcome.PASS, result.message
+    arguments = json.loads(result.details["stderr_tail"].splitlines()[-1])
+    paths = {name: Path(arguments[arguments.index(name) + 1]) for name in arguments[:8:2]}
+    assert list(paths) == ["--scenario", "--workload", "--timing-profile", "--output"]
+    assert arguments[-1] == "--trace"  # the case is traced and `trace` is declared (R71)
+    assert all(path.is_absolute() for path in paths.values())
+    assert {path.parent for path in paths.values()} != {VALID.folder}
+    assert len({path.parent for path in paths.values()}) == 1
+    assert paths["--output"].name == "report.json"
+    assert not paths["--output"].parent.exists()  # the case's folder is gone afterwards
+
+
+def test_r66_a_manifest_gives_the_command_its_timeout_and_its_folder(tmp_path: Path) -> None:
+    assert Implementation(("sim",)).timeout_s == DEFAULT_TIMEOUT_S == 10.0
+    manifest = tmp_path / "impl" / "manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_text(
+        json.dumps(
+            {
+                "name": "sim",
+                "command": ["./sim", "--fast"],
+                "timeout_s": 2.5,
+                "expected_failures": "known.json",
+            }
+        )
+    )
+    implementation, listed = Implementation.from_manifest(manifest)
+    assert implementation.argv == ("./sim", "--fast")
+    assert implementation.timeout_s == 2.5
+    assert implementation.cwd == manifest.parent.resolve()
+    assert listed == manifest.parent / "known.json"
+
+
+@pytest.mark.parametrize(
+    ("program", "message"),
+    [
+        ("raise SystemExit(5)", "--describe exited 5"),
+        ("print('hello')", "--describe did not print JSON"),
+        ("print('[]')", "--describe printed an invalid description"),
+    ],
+)
+def test_r67_a_describe_that_fails_or_prints_no_description_is_refused(
+    program: str, message: str
+) -> None:
+    with pytest.raises(HarnessError, match=message):
+        Implementation((sys.executable, "-c", program)).describe()
+
+
+def test_r68_protocol_1_is_never_given_a_case_that_expects_exit_3(tmp_path: Path) -> None:
+    """Even a (forbidden) protocol-1 description with every feature and version the case needs
+    is not given it: only protocols 2 and 3 have exit code 3."""
+    described = fake("protocol-1").describe()
+    versions = {**described.schema_versions, "timing_profile": ["1.0", "1.1"]}
+    measured = dataclasses.replace(
+        described, features=described.features | {"timing.grid"}, schema_versions=versions
+    )
+    case = out_of_coverage_case(tmp_path)
+    assert skip_reason(case, measured) == "needs protocol 2 (exit code 3)"
+    assert skip_reason(case, dataclasses.replace(measured, protocol_version=2)) is None
+    assert skip_reason(case, dataclasses.replace(measured, protocol_version=3)) is None
+
+
+def test_r71_exit_4_is_an_error_whatever_the_case_expects(tmp_path: Path) -> None:
+    """Exit 4 (the reference's code for an output it cannot write) is not asked of other
+    implementations; the harness accepts 0, 2 and 3 only where a case expects them."""
+    implementation = fake("exit-4")
+    description = implementation.describe()
+    cases = [VALID, invalid_case(tmp_path), out_of_coverage_case(tmp_path)]
+    results = [run_case(case, implementation, description) for case in cases]
+    assert [result.outcome for result in results] == [Outcome.ERROR] * 3
+    assert [result.message for result in results] == [
+        "exit code 4 on valid input (expected 0)",
+        "exit code 4 on invalid input (expected 2)",
+        "exit code 4 on a step outside the coverage (expected 3)",
+    ]
+    rejecting = fake("reject-everything")
+    rejected = run_case(VALID, rejecting, rejecting.describe())
+    assert (rejected.outcome, rejected.message) == (Outcome.ERROR, "rejected valid input (exit 2)")
+
+
+def _as_report_4_0(report: bytes) -> bytes:
+    """A report 5.0 written as 4.0: without R64's members (R37 migrates them back)."""
+    value = json.loads(report)
+    for request in value["requests"]:
+        del request["session"]
+        request.pop("slo_met", None)
+    for member in ("cut_off", "tpot_us", "goodput"):
+        value["summary"].pop(member, None)
+    value["schema_version"] = "4.0"
+    return canonical_json(value)
+
+
+@pytest.mark.parametrize(
+    ("case_id", "expected", "message"),
+    [
+        ("valid/closed-loop-one-in-flight", Outcome.PASS, ""),
+        ("valid/session-three-turns-think-time", Outcome.FAIL, "first difference at /requests/0/"),
+        ("valid/slo-mean-itl-only", Outcome.FAIL, "first difference at /"),
+        ("valid/stop-mid-prefill", Outcome.INVALID_REPORT, ""),
+    ],
+)
+def test_r72_report_5_0_is_asked_of_the_declaration_not_of_each_run(
+    case_id: str, expected: Outcome, message: str
+) -> None:
+    """R38's "MUST write report 5.0" is checked once, on --describe (R67); each run's report
+    may be at any declared version and is judged after migration (R72). A scenario 1.3 case
+    without a session, a cut-off request or objectives passes at 4.0; the others cannot."""
+    case = next(case for case in CORPUS.cases if case.id == case_id)
+    assert case.input_versions()["scenario"] == "1.3" or "session" in case_id
+    golden = case.expected_report.read_bytes()
+    verdict, said, _ = judge_report(_as_report_4_0(golden), golden, ["4.0", "5.0"])
+    assert verdict is expected, said
+    assert message in said
+    if expected is Outcome.PASS:
+        assert said == ""
+        undeclared = judge_report(_as_report_4_0(golden), golden, ["5.0"])
+        assert undeclared[0] is Outcome.INVALID_REPORT
+
+
+def test_r73_a_listed_case_that_is_skipped_stays_skipped() -> None:
+    implementation = fake("no-chunking")
+    listed = {CHUNKED.id: "known bug"}
+    result = run_case(CHUNKED, implementation, implementation.describe(), expected_failures=listed)
+    assert result.outcome is Outcome.SKIP
+    assert not result.outcome.is_problem

@@ -395,6 +395,35 @@ def test_r50_a_step_that_preempts_admits_nobody() -> None:
     assert counters.reused_tokens == 4
 
 
+def test_r50_in_whole_mode_a_recompute_longer_than_the_budget_is_split() -> None:
+    # R50's "request recomputing after a preemption" is one with preemptions > 0: in "whole"
+    # mode it is allotted min(remaining, budget), not R19's all or nothing. B = 4, blocks 3,
+    # prefix caching off, whole, max_batched_tokens 9, max_num_seqs 2.
+    # A (t 0, prompt 1, 3 out), B (t 0, prompt 8, 3 out).
+    # Step 1 [0, 1090]: A 1 (1 block), B 8 (2 blocks): P 9. First tokens at 1090. Free 0.
+    # Step 2 [1090, 2190]: A decodes 1 -> 2 (no block). B decodes 8 -> 9, needs a 3rd block:
+    #   none, and A is served: B is its own victim (1 token produced). Free 2. No admission.
+    # Step 3 [2190, 3370]: A decodes (2 -> 3); budget 8. B readmitted: L = 8 + 1 = 9 > 8, so
+    #   R19 would allot it 0 and it would wait; recomputing, it gets min(9, 8) = 8, 2 blocks.
+    #   D 1, P 8: 1180. A's 3rd token completes it at 3370; its block is freed.
+    # Step 4 [3370, 4380]: B, still in Prefill, gets min(1, 9) = 1 (its 3rd block, A's). Its
+    #   recompute is complete: its 2nd token at 4380 (R51).
+    # Step 5 [4380, 5480]: B decodes 9 -> 10: its 3rd token completes it.
+    # (All or nothing, B would wait until A completes and then prefill 9 in [3370, 4460].)
+    wl = workload(("A", 0, 1, 3), ("B", 0, 8, 3))
+    result = run(scenario(3, prefix_caching=False, max_batched_tokens=9, max_num_seqs=2), wl)
+    rows = expanded_trace(result.steps or [])
+    assert [row[1:] for row in rows] == [
+        (0, 1090, [], [("A", 1), ("B", 8)], 3, []),
+        (1090, 2190, ["A"], [], 1, ["B"]),
+        (2190, 3370, ["A"], [("B", 8)], 3, []),
+        (3370, 4380, [], [("B", 1)], 3, []),
+        (4380, 5480, ["B"], [], 3, []),
+    ]
+    assert times(result) == {"A": [1090, 2190, 3370], "B": [1090, 4380, 5480]}
+    assert by_id(result)["B"].preemptions == 1
+
+
 # --- R51 ----------------------------------------------------------------------------------------
 
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import servesim
-from servesim_conformance import invariants
+from servesim_conformance import invariants, routing_invariants
 from servesim_conformance.documents import timing_doc
 from servesim_conformance.invariants import InvariantViolation
 
@@ -333,3 +334,232 @@ def test_a_seeded_least_loaded_tie_follows_the_draw() -> None:
     _set("r1", "worker", 0)(report)
     _set("r2", "worker", 0)(report)  # r1 completed at 1, r0 not: worker 0 is free
     invariants.check_least_loaded(seeded, WORKLOAD, report)
+
+
+# Checkers that scale (issue 30, item 7): check_least_loaded and check_cache_aware keep the
+# fleet's counts and loads as the arrivals go by instead of rescanning every worker at every
+# arrival. The literal readings below are the checks as they were (O(requests * workers), and
+# check_least_loaded O(requests * workers^2)); the fast ones must give the same verdict, with
+# the same message, on every report.
+
+
+def _literal_outstanding(routed: list[routing_invariants.Routed], now: int) -> list[Any]:
+    return [item for item in routed if item.entry["terminal_us"] > now]
+
+
+def literal_least_loaded(scenario: Document, workload: Document, report: Document) -> None:
+    """R55 by a literal reading of R54: every worker's outstanding requests, at every arrival."""
+    if routing_invariants.policy_of(scenario) != "least_loaded":
+        return
+    workers = scenario["fleet"]["workers"]
+    routed: list[list[routing_invariants.Routed]] = [[] for _ in range(workers)]
+    draws = routing_invariants.seeded_draws(scenario)
+    for item in routing_invariants.routed_in_arrival_order(scenario, workload, report):
+        now, chosen = item.entry["arrival_us"], item.entry["worker"]
+        counts = [len(_literal_outstanding(routed[w], now)) for w in range(workers)]
+        tied = [w for w, count in enumerate(counts) if count == min(counts)]
+        expected = tied[0] if draws is None else tied[next(draws) % len(tied)]
+        if chosen != expected:
+            raise InvariantViolation(
+                f"R55: {item.entry['id']} at {now}: joined worker {chosen}, outstanding "
+                f"{counts} (worker {expected})"
+            )
+        routed[chosen].append(item)
+
+
+def literal_cache_aware(scenario: Document, workload: Document, report: Document) -> None:
+    """R56 by a literal reading: every worker's bounds and load, at every arrival."""
+    if routing_invariants.policy_of(scenario) != "cache_aware":
+        return
+    seeded = scenario["routing"].get("seed") is not None
+    prefill_weight, load_weight = routing_invariants.weights(scenario)
+    fleet = routing_invariants._fleet(scenario, workload, report)
+
+    def cost(item: routing_invariants.Routed, worker: int, cached: int) -> int:
+        now = item.entry["arrival_us"]
+        load = sum(i.prompt_blocks for i in _literal_outstanding(fleet.routed[worker], now))
+        return prefill_weight * (item.prompt_blocks - cached) + load_weight * load
+
+    for item in routing_invariants.routed_in_arrival_order(scenario, workload, report):
+        now, chosen, rid = item.entry["arrival_us"], item.entry["worker"], item.entry["id"]
+        paid = cost(item, chosen, item.entry["cached_blocks_at_routing"])
+        for worker in range(fleet.workers):
+            if worker == chosen:
+                continue
+            most_cost = cost(item, worker, fleet.cached_bounds(worker, item)[0])
+            if not (most_cost > paid or (most_cost == paid and (seeded or worker > chosen))):
+                raise InvariantViolation(
+                    f"R56: {rid} at {now}: joined worker {chosen} at cost {paid}, but worker "
+                    f"{worker} costs at most {most_cost}"
+                )
+        fleet.routed[chosen].append(item)
+
+
+Check = Callable[[Document, Document, Document], None]
+
+#: Per policy, its fast check and the literal reading.
+FAST_AND_LITERAL: dict[str, tuple[Check, Check]] = {
+    "least_loaded": (invariants.check_least_loaded, literal_least_loaded),
+    "cache_aware": (invariants.check_cache_aware, literal_cache_aware),
+}
+
+
+def verdict(check_one: Check, scenario_: Document, workload: Document, report: Document) -> str:
+    """``"pass"``, the message of the violation, or the error a report no schema admits gives
+    (an accepted request with null cached blocks cannot be costed)."""
+    try:
+        check_one(scenario_, workload, report)
+    except InvariantViolation as violation:
+        return str(violation)
+    except TypeError as error:
+        return f"TypeError: {error}"
+    return "pass"
+
+
+def test_the_fast_checks_agree_with_the_literal_ones_on_the_hand_broken_reports() -> None:
+    reports: list[tuple[Document, Document]] = []
+    for _, mutate, _, _ in MUTATIONS.values():
+        report = copy.deepcopy(derived_report())
+        mutate(report)
+        for policy in FAST_AND_LITERAL:
+            reports.append((scenario(policy), report))
+            reports.append((scenario(policy, seed=42), report))
+            reports.append((scenario(policy, prefill_weight=4), report))
+    seeded = derived_report()
+    for rid, worker in (("r0", 1), ("r1", 0), ("r2", 0)):
+        _set(rid, "worker", worker)(seeded)
+    reports.append((scenario("least_loaded", seed=42), seeded))
+    failures = 0
+    for policy_scenario, report in reports:
+        for fast, literal in FAST_AND_LITERAL.values():
+            expected = verdict(literal, policy_scenario, WORKLOAD, report)
+            assert verdict(fast, policy_scenario, WORKLOAD, report) == expected
+            failures += expected != "pass"
+    assert failures > 10
+
+
+def random_report(rng: random.Random) -> tuple[Document, Document, Document]:
+    """A small made-up state-aware run: its choices are often wrong, its times arbitrary (each
+    request ends after it arrives), so that both verdicts come up, at any request."""
+    workers = rng.randint(1, 4)
+    policy = rng.choice(["least_loaded", "cache_aware"])
+    routing: dict[str, int] = {}
+    if rng.random() < 0.4:
+        routing["seed"] = rng.randrange(2**64)
+    if policy == "cache_aware" and rng.random() < 0.5:
+        routing["prefill_weight"], routing["load_weight"] = rng.randint(0, 4), rng.randint(1, 4)
+    scenario_ = scenario(policy, **routing)
+    scenario_["fleet"]["workers"] = workers
+    requests, entries = [], []
+    for index in range(rng.randint(1, 8)):
+        arrival = rng.randint(0, 6)
+        prompt = rng.randint(1, 12)
+        hashes = [rng.randint(1, 2) for _ in range(rng.randint(0, -(-prompt // 4)))]
+        requests.append(request(f"r{index}", arrival, prompt, 1, hashes))
+        scheduled = arrival + rng.randint(0, 2)
+        first = scheduled + rng.randint(1, 3)
+        made = entry(f"r{index}", arrival, prompt, rng.randrange(workers), [first])
+        made["first_scheduled_us"] = scheduled
+        identified = routing_invariants.identified_blocks(requests[-1], scenario_, WORKLOAD)
+        made["cached_blocks_at_routing"] = rng.randint(0, identified)
+        entries.append(made)
+    workload = {**WORKLOAD, "requests": requests}
+    counters = {"peak_blocks_in_use": 5, "reused_tokens": 0, "preemptions": 0}
+    report = {
+        "requests": entries,
+        "workers": [
+            {"worker": w, "kv_cache": {**counters, "evictions": rng.choice([0, 0, 1])}}
+            for w in range(workers)
+        ],
+    }
+    return scenario_, workload, report
+
+
+def test_the_fast_checks_agree_with_the_literal_ones_on_made_up_reports() -> None:
+    rng = random.Random(30)
+    verdicts = {"pass": 0, "fail": 0}
+    for _ in range(3000):
+        scenario_, workload, report = random_report(rng)
+        fast, literal = FAST_AND_LITERAL[routing_invariants.policy_of(scenario_)]
+        expected = verdict(literal, scenario_, workload, report)
+        assert verdict(fast, scenario_, workload, report) == expected, (scenario_, report)
+        verdicts["pass" if expected == "pass" else "fail"] += 1
+    assert min(verdicts.values()) > 500, verdicts
+
+
+def many_workers_report(workers: int) -> Document:
+    """Three requests at 0 on a fleet of ``workers``, each to a worker of its own: r0 to 0, r1
+    to 1, r2 to 2, all outstanding at every arrival (no hashes, so nothing is cached)."""
+    return {
+        "requests": [entry(f"r{i}", 0, 8, i, [10]) for i in range(3)],
+        "workers": [
+            {
+                "worker": w,
+                "kv_cache": {
+                    "peak_blocks_in_use": 4,
+                    "reused_tokens": 0,
+                    "preemptions": 0,
+                    "evictions": 0,
+                },
+            }
+            for w in range(workers)
+        ],
+    }
+
+
+MANY_WORKERS_LOAD: Document = {
+    "document": "workload",
+    "schema_version": "1.1",
+    "prefix_hash_block_tokens": 4,
+    "requests": [request(f"r{i}", 0, 8, 1, []) for i in range(3)],
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        (
+            "least_loaded",
+            r"^R55: r2 at 0: joined worker 1, outstanding \[1, 1, 0, 0, .*\(worker 2\)$",
+        ),
+        ("cache_aware", r"^R56: r2 at 0: joined worker 1 at cost 8, but worker 0 costs at most 8$"),
+    ],
+)
+def test_a_fleet_of_65536_workers_is_checked_in_the_normal_run(policy: str, message: str) -> None:
+    """65,536 workers (R3's largest fleet) and three requests at 0: the literal least-loaded
+    reading took 128 s on such a report; these checks make one pass over the workers. Each
+    request finds the workers it does not join busy (one outstanding request, with R56 a load
+    of 4 prompt blocks of 2 tokens, against none): r0, r1, r2 go to workers 0, 1, 2. Sent to
+    worker 1, r2 has 1 outstanding against worker 2's 0 (R55), and pays 4 + 4 = 8, as much as
+    worker 0 of a lower index (R56, R58)."""
+    workers = 1 << 16
+    many = scenario(policy)
+    many["fleet"]["workers"] = workers
+    report = many_workers_report(workers)
+    invariants.check_routing(many, MANY_WORKERS_LOAD, report)
+    report["requests"][2]["worker"] = 1
+    with pytest.raises(InvariantViolation, match=message):
+        invariants.check_routing(many, MANY_WORKERS_LOAD, report)
+
+
+def test_a_seeded_tie_among_65536_workers_follows_the_draw() -> None:
+    """R58 with seed 42: r0's tie is all 65,536 workers, r1's the 65,535 but r0's, r2's the
+    65,534 but r0's and r1's; each takes its draw modulo the ties, in index order."""
+    workers = 1 << 16
+    draws = routing_invariants.seeded_draws(scenario("least_loaded", seed=42))
+    assert draws is not None
+    chosen: list[int] = []
+    for ties in (workers, workers - 1, workers - 2):
+        rank = next(draws) % ties
+        free = [w for w in range(workers) if w not in chosen]
+        chosen.append(free[rank])
+    assert chosen[0] == 0xBDD732262FEB6E95 % workers
+    seeded = scenario("least_loaded", seed=42)
+    seeded["fleet"]["workers"] = workers
+    report = many_workers_report(workers)
+    for item, worker in zip(report["requests"], chosen, strict=True):
+        item["worker"] = worker
+    invariants.check_least_loaded(seeded, MANY_WORKERS_LOAD, report)
+    report["requests"][2]["worker"] = chosen[2] + 1 if chosen[2] + 1 not in chosen else 0
+    with pytest.raises(InvariantViolation, match=rf"^R55: r2 at 0: .*\(worker {chosen[2]}\)"):
+        invariants.check_least_loaded(seeded, MANY_WORKERS_LOAD, report)

@@ -37,6 +37,7 @@ from servesim_conformance.properties import reads_kv_cache
 from servesim_conformance.reporting import markdown_summary, metric_rows, run_report
 from servesim_conformance.runner import ADAPTER_BROKEN, run_cases
 
+#: R73: the exit codes of ``servesim conform``.
 EXIT_PASSED = 0
 EXIT_FAILED = 1
 EXIT_UNUSABLE = 2

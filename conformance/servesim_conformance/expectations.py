@@ -1,4 +1,4 @@
-"""Expected-failure manifests: known failures of one implementation, checked strictly."""
+"""Expected-failure manifests: known failures of one implementation, checked strictly (R73)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The closed list of feature tags an implementation may declare, and what each one means to the
-harness.
+harness (SPEC.md R69).
 
 A tag is one of three kinds:
 
@@ -79,7 +79,7 @@ def unknown_features_message(tags: Iterable[object], *, where: str) -> str | Non
         return None
     return (
         f"{where} names unknown feature tags: {', '.join(unknown)}; the feature tags are "
-        f"{', '.join(FEATURES)} (conformance/README.md, Features)"
+        f"{', '.join(FEATURES)} (SPEC.md R69; conformance/README.md, Features)"
     )
 
 

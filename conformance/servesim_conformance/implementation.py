@@ -1,4 +1,5 @@
-"""An implementation under test: a command, its ``--describe`` handshake, and one run of it.
+"""An implementation under test: a command, its ``--describe`` handshake, and one run of it
+(SPEC.md section 14: R66 one run, R67 the describe answer, R68 the protocols).
 
 The contract is toml-test's, made stricter: an argv list (never a shell string), the arguments of
 ``servesim replay``, exit 0 = report written, exit 2 = input rejected, exit 3 = a step outside the

@@ -1,7 +1,7 @@
-"""What running one case can come to, as data.
+"""What running one case can come to, as data (SPEC.md R71, R73).
 
 Only ``PASS`` and ``XFAIL``-listed cases that still fail leave a run green; everything else is
-reported, and skips never count as passes (SPEC.md-independent: this is the harness's own rule).
+reported, and skips never count as passes (SPEC.md R73).
 """
 
 from __future__ import annotations

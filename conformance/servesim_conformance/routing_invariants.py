@@ -12,6 +12,7 @@ checked wherever that range decides the choice.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -113,14 +114,6 @@ class Fleet:
     def __post_init__(self) -> None:
         self.routed = [[] for _ in range(self.workers)]
 
-    def outstanding(self, worker: int, now: int) -> list[Routed]:
-        """R54: the requests routed to ``worker`` that have not completed at ``now``."""
-        return [item for item in self.routed[worker] if item.entry["terminal_us"] > now]
-
-    def load_blocks(self, worker: int, now: int) -> int:
-        """R54: the prompt blocks of ``worker``'s outstanding requests."""
-        return sum(item.prompt_blocks for item in self.outstanding(worker, now))
-
     def cached_bounds(self, worker: int, request: Routed) -> tuple[int, int]:
         """The least and most ``cached(worker, request)`` can be at its routing (R54).
 
@@ -186,25 +179,117 @@ def check_cached_blocks_reported(scenario: Document, workload: Document, report:
         )
 
 
+class Ends:
+    """The routed requests that have not completed, as the arrivals go by in arrival order
+    (R54): a request routed before r is outstanding at r's routing exactly when its
+    ``terminal_us`` is after r's arrival, and arrivals only move forward, so a request that has
+    stopped being outstanding never is again. A heap of terminal times lets each check drop
+    every request once, instead of scanning every worker's requests at every arrival."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, int]] = []
+
+    def push(self, item: Routed, worker: int) -> None:
+        """``item`` was routed to ``worker``; it is outstanding until its ``terminal_us``."""
+        heapq.heappush(self._heap, (item.entry["terminal_us"], worker, item.prompt_blocks))
+
+    def until(self, now: int) -> Iterator[tuple[int, int]]:
+        """``(worker, prompt_blocks)`` of each request that is no longer outstanding at
+        ``now`` (its ``terminal_us`` is ``now`` or before), each once."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, worker, blocks = heapq.heappop(heap)
+            yield worker, blocks
+
+
+class FewestOutstanding:
+    """``outstanding(w)`` for every worker, with the fewest and the workers that have them.
+
+    A segment tree over the workers: each node holds the least count below it and how many
+    workers have it, so that a change, the least count, the number t of tied workers and the
+    i-th of them in index order (R58's ``w_(z mod t)``) each take O(log workers) steps.
+    """
+
+    def __init__(self, workers: int) -> None:
+        size = 1
+        while size < workers:
+            size *= 2
+        self.workers = workers
+        self._size = size
+        padding = 1 << 62  # beyond any count: a padding leaf never holds the least count
+        self._least = [0] * size + [0] * workers + [padding] * (size - workers)
+        self._ties = [0] * size + [1] * size
+        for node in range(size - 1, 0, -1):
+            self._combine(node)
+
+    def _combine(self, node: int) -> None:
+        least, ties = self._least, self._ties
+        left, right = 2 * node, 2 * node + 1
+        if least[left] < least[right]:
+            least[node], ties[node] = least[left], ties[left]
+        elif least[right] < least[left]:
+            least[node], ties[node] = least[right], ties[right]
+        else:
+            least[node], ties[node] = least[left], ties[left] + ties[right]
+
+    def add(self, worker: int, delta: int) -> None:
+        """``outstanding(worker)`` changes by ``delta``."""
+        node = self._size + worker
+        self._least[node] += delta
+        node //= 2
+        while node:
+            self._combine(node)
+            node //= 2
+
+    def tied(self) -> int:
+        """How many workers have the fewest outstanding requests."""
+        return self._ties[1]
+
+    def tied_worker(self, rank: int) -> int:
+        """The ``rank``-th (from 0) worker, in index order, of those with the fewest."""
+        least, ties = self._least, self._ties
+        fewest, node = least[1], 1
+        while node < self._size:
+            left = 2 * node
+            if least[left] == fewest and rank < ties[left]:
+                node = left
+                continue
+            if least[left] == fewest:
+                rank -= ties[left]
+            node = left + 1
+        return node - self._size
+
+    def counts(self) -> list[int]:
+        """Every worker's ``outstanding(w)``, in index order."""
+        return self._least[self._size : self._size + self.workers]
+
+
 def check_least_loaded(scenario: Document, workload: Document, report: Document) -> None:
     """R54, R55, R58: each accepted request joins a worker of fewest outstanding requests at its
-    arrival: the lowest-index one, or with a seed the tied worker its draw picks."""
+    arrival: the lowest-index one, or with a seed the tied worker its draw picks.
+
+    The counts are kept as the arrivals go by (``Ends``, ``FewestOutstanding``), so the check
+    takes O((requests + workers) log workers) steps, not O(requests * workers)."""
     if policy_of(scenario) != "least_loaded":
         return
-    fleet = _fleet(scenario, workload, report)
+    fewest = FewestOutstanding(scenario["fleet"]["workers"])
+    ends = Ends()
     draws = seeded_draws(scenario)
     for item in routed_in_arrival_order(scenario, workload, report):
         now, chosen = item.entry["arrival_us"], item.entry["worker"]
-        counts = [len(fleet.outstanding(w, now)) for w in range(fleet.workers)]
-        tied = [w for w, count in enumerate(counts) if count == min(counts)]
-        expected = tied[0] if draws is None else tied[next(draws) % len(tied)]
-        require(
-            chosen == expected,
-            "R55",
-            f"{item.entry['id']} at {now}: joined worker {chosen}, outstanding {counts} "
-            f"(worker {expected})",
-        )
-        fleet.routed[chosen].append(item)
+        for worker, _ in ends.until(now):
+            fewest.add(worker, -1)
+        rank = 0 if draws is None else next(draws) % fewest.tied()
+        expected = fewest.tied_worker(rank)
+        if chosen != expected:  # every count is listed only when the check fails
+            require(
+                False,
+                "R55",
+                f"{item.entry['id']} at {now}: joined worker {chosen}, outstanding "
+                f"{fewest.counts()} (worker {expected})",
+            )
+        fewest.add(chosen, 1)
+        ends.push(item, chosen)
 
 
 def check_cached_blocks_at_routing(
@@ -246,33 +331,82 @@ def check_cache_aware(scenario: Document, workload: Document, report: Document) 
     ties go to the lowest index) certainly as cheap with a lower index. The chosen worker's cost
     is exact (its cached blocks are reported, its load is rebuilt); another's lies between the
     costs ``Fleet.cached_bounds`` give. (With a seed the tied set is not known exactly, so the
-    draw is not checked.)"""
+    draw is not checked.)
+
+    A worker no request was routed to before has no load and nothing cached (R54), so all such
+    workers cost the same: they are judged together, and only the workers requests were routed
+    to are judged one by one. Loads are kept as the arrivals go by (``Ends``). So the check
+    takes O(workers + requests * requests routed before) steps, not O(requests * workers)."""
     if policy_of(scenario) != "cache_aware":
         return
     seeded = scenario["routing"].get("seed") is not None
+    prefill_weight, load_weight = weights(scenario)
     fleet = _fleet(scenario, workload, report)
+    loads: dict[int, int] = {}
+    ends = Ends()
+    untouched = _Untouched(fleet.workers)
     for item in routed_in_arrival_order(scenario, workload, report):
         now, chosen, rid = item.entry["arrival_us"], item.entry["worker"], item.entry["id"]
-        paid = _cost(scenario, fleet, item, chosen, item.entry["cached_blocks_at_routing"])
-        for worker in range(fleet.workers):
+        for worker, blocks in ends.until(now):
+            loads[worker] -= blocks
+        prefill = item.prompt_blocks
+        paid = prefill_weight * (prefill - item.entry["cached_blocks_at_routing"])
+        paid += load_weight * loads.get(chosen, 0)
+
+        suspects: list[tuple[int, int]] = []
+        for worker in sorted(loads):  # the workers requests were routed to
             if worker == chosen:
                 continue
             least, _ = fleet.cached_bounds(worker, item)
-            most_cost = _cost(scenario, fleet, item, worker, least)
+            most_cost = prefill_weight * (prefill - least) + load_weight * loads[worker]
+            if _undercuts(worker, most_cost, chosen, paid, seeded=seeded):
+                suspects.append((worker, most_cost))
+                break
+        fresh = prefill_weight * prefill  # any other worker: no load, nothing cached
+        other = untouched.first(chosen)
+        if other is not None and _undercuts(other, fresh, chosen, paid, seeded=seeded):
+            suspects.append((other, fresh))
+        if suspects:
+            worker, most_cost = min(suspects)
             require(
-                most_cost > paid or (most_cost == paid and (seeded or worker > chosen)),
+                False,
                 "R56",
                 f"{rid} at {now}: joined worker {chosen} at cost {paid}, but worker {worker} "
                 f"costs at most {most_cost}",
             )
+        loads[chosen] = loads.get(chosen, 0) + item.prompt_blocks
+        untouched.touch(chosen)
         fleet.routed[chosen].append(item)
+        ends.push(item, chosen)
 
 
-def _cost(scenario: Document, fleet: Fleet, item: Routed, worker: int, cached: int) -> int:
-    """R56: ``prefill_weight * (ceil(prompt / B) - cached) + load_weight * load_blocks(w)``."""
-    prefill_weight, load_weight = weights(scenario)
-    load = fleet.load_blocks(worker, item.entry["arrival_us"])
-    return prefill_weight * (item.prompt_blocks - cached) + load_weight * load
+def _undercuts(worker: int, cost: int, chosen: int, paid: int, *, seeded: bool) -> bool:
+    """R56, R58: whether ``worker``, costing at most ``cost``, shows wrong the choice of
+    ``chosen`` at ``paid``: it is cheaper, or as cheap with a lower index when ties go to the
+    lowest index (no seed)."""
+    return not (cost > paid or (cost == paid and (seeded or worker > chosen)))
+
+
+class _Untouched:
+    """The workers no request has been routed to yet, lowest index first."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.touched: set[int] = set()
+        self.lowest = 0
+        """No worker below it is untouched."""
+
+    def touch(self, worker: int) -> None:
+        self.touched.add(worker)
+        while self.lowest in self.touched:
+            self.lowest += 1
+
+    def first(self, besides: int) -> int | None:
+        """The lowest-index untouched worker other than ``besides``, if any."""
+        worker = self.lowest
+        while worker < self.workers and (worker == besides or worker in self.touched):
+            worker += 1
+        return worker if worker < self.workers else None
 
 
 def check_routing(scenario: Document, workload: Document, report: Document) -> None:

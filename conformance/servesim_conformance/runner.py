@@ -1,4 +1,6 @@
-"""Running golden and invalid cases against an implementation, and judging what it did.
+"""Running golden and invalid cases against an implementation, and judging what it did
+(SPEC.md section 14: R70 which cases run, R71 exit codes and outcomes, R72 judging a report,
+R73 expected failures and smoke cases).
 
 A case expects a report (exit 0), a rejection (exit 2, R5) or, from implementations that speak
 protocol 2, exit 3 for a step outside the timing profile's coverage (R43). A report written at an

@@ -167,6 +167,11 @@ def main() -> int:
         return floor_rounding(arguments)
     if mode in HONEST_RUNS:
         return reference_main(["replay", *arguments])
+    if mode == "exit-4":  # the reference's code for an output it cannot write (R32)
+        return 4
+    if mode == "show-arguments":  # the reference, after printing its arguments to stderr
+        print(json.dumps(arguments), file=sys.stderr)
+        return reference_main(["replay", *arguments])
     if mode == "crash":
         raise RuntimeError("simulated crash")
     if mode == "hang":
