@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import servesim
+from servesim.contract.canonical import canonical_json
 from servesim.contract.errors import OutOfCoverage, ServesimError
 from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, Expect, load_corpus
 from servesim_conformance.coverage import coverage_table, spec_rules
@@ -122,3 +124,45 @@ def test_every_case_folder_has_exactly_its_files() -> None:
         names = {path.name for path in Path(case.folder).iterdir()}
         assert set(INPUT_FILES.values()) <= names, case.id
         assert names <= allowed, case.id
+
+
+def _at(document: Any, pointer: str) -> Any:
+    """The value at a JSON pointer (no escapes are used in report pointers), or KeyError."""
+    for part in pointer.removeprefix("/").split("/"):
+        if isinstance(document, list):
+            if not part.isdigit() or int(part) >= len(document):
+                raise KeyError(pointer)
+            document = document[int(part)]
+        elif isinstance(document, dict) and part in document:
+            document = document[part]
+        else:
+            raise KeyError(pointer)
+    return document
+
+
+DERIVED = [
+    case
+    for case in VALID
+    if (case.folder / "DERIVATION.md").is_file()
+    and "```json" in (case.folder / "DERIVATION.md").read_text(encoding="utf-8")
+]
+
+
+@pytest.mark.parametrize("case", DERIVED, ids=[case.id for case in DERIVED])
+def test_hand_derived_values_are_the_expected_report_s(case) -> None:  # type: ignore[no-untyped-def]
+    """A derivation's JSON block (values by JSON pointer, written by hand before the reference
+    ran; ``"!absent"`` lists pointers the report must not have) holds in the expected report,
+    compared as canonical JSON (R23)."""
+    text = (case.folder / "DERIVATION.md").read_text(encoding="utf-8")
+    block = json.loads(text.split("```json\n", 1)[1].split("```", 1)[0])
+    report = json.loads(case.expected_report.read_bytes())
+    for pointer in block.pop("!absent", []):
+        with pytest.raises(KeyError):
+            _at(report, pointer)
+    wrong = {
+        pointer: (value, _at(report, pointer))
+        for pointer, value in block.items()
+        if canonical_json(_at(report, pointer)) != canonical_json(value)
+    }
+    assert block
+    assert not wrong
