@@ -8,9 +8,9 @@ starts at its recorded time, each later turn its think time after the previous a
 as a closed loop of ``--in-flight`` units (R61), through the reference and through the adapter
 (Dynamo's multi-turn replay for the arrivals, its per-token runtime for the tokens). The
 scenario is mooncake.py's (round robin, whole prefill, a grid equal to Dynamo's fixed model),
-with limits above every request (2^18 tokens). The page gives, per run, whether the two reports are the same
-bytes and, if not, how many requests differ in arrival, first token or completion and the first
-differing member. Run in the tox ``dynamo`` environment; it takes minutes.
+with limits above every request (2^18 tokens). The page gives, per run, whether the two
+reports are the same bytes and, if not, how many requests differ in arrival, first token or
+completion and the first differing member. Run in the tox ``dynamo`` environment; it takes minutes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import mooncake  # noqa: E402
-from mooncake import ADAPTER, HERE, fixed_form_grid, scenario, timed  # noqa: E402
+import mooncake
+from mooncake import ADAPTER, HERE, fixed_form_grid, scenario, timed
 
 #: max_batched_tokens and max_model_len: above every request of both traces (WEKA's largest
 #: prompt plus output is 197,889 tokens), so that nothing is rejected.
