@@ -251,3 +251,29 @@ def test_an_implementation_without_trace_is_compared_on_the_traced_cases(tmp_pat
     assert validate_harness_document("run-report", value) == []
     assert [case["compared_without"] for case in value["cases"]] == [["trace"]] * 3 + [[]]
     assert "3 cases were compared without features" in markdown.read_text()
+
+
+def test_protocol_4_without_synthetic_linear_skips_its_cases(tmp_path: Path) -> None:
+    """A simulator without servesim's synthetic timing (R38, protocol 4) is not called broken:
+    the synthetic cases are skipped, the grid case passes, and the run exits 0."""
+    report = tmp_path / "run.json"
+    result = conform(
+        "--impl",
+        fake_command("protocol-4-no-synthetic"),
+        *SMOKE,
+        "--case",
+        "valid/dynamo-fixed-smoke",
+        "--report-json",
+        report,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    value = json.loads(report.read_text())
+    assert validate_harness_document("run-report", value) == []
+    outcomes = {case["id"]: case["outcome"] for case in value["cases"]}
+    assert outcomes == {
+        "valid/smoke-one-request": "skip",
+        "valid/smoke-two-workers": "skip",
+        "valid/smoke-chunked": "skip",
+        "invalid/zero-workers": "pass",
+        "valid/dynamo-fixed-smoke": "pass",
+    }

@@ -133,15 +133,16 @@ def test_every_case_folder_has_exactly_its_files() -> None:
         assert names <= allowed, case.id
 
 
-#: The heading of a derivation's machine-checked block: a JSON object whose keys are JSON
-#: pointers (RFC 6901) into the expected report, each with the whole value there, and whose
-#: ``!absent`` key lists pointers that must not exist.
-EXPECTED_VALUES = "## Expected values, by JSON pointer into the report"
+#: A derivation's machine-checked block: the first ```json block of its DERIVATION.md (under the
+#: heading "## Expected values, by JSON pointer into the report" in the newer ones), a JSON object
+#: whose keys are JSON pointers (RFC 6901) into the expected report, each with the whole value
+#: there, and whose ``!absent`` key lists pointers that must not exist.
+EXPECTED_VALUES_BLOCK = "```json"
 DERIVED = [
     case
     for case in VALID
     if (case.folder / "DERIVATION.md").is_file()
-    and EXPECTED_VALUES in (case.folder / "DERIVATION.md").read_text(encoding="utf-8")
+    and EXPECTED_VALUES_BLOCK in (case.folder / "DERIVATION.md").read_text(encoding="utf-8")
 ]
 
 
@@ -176,8 +177,7 @@ def _same(expected: object, actual: object) -> bool:
 def test_derived_values_are_the_expected_reports(case) -> None:  # type: ignore[no-untyped-def]
     """Each value a derivation's block gives by hand is the one at its pointer in the report."""
     text = (case.folder / "DERIVATION.md").read_text(encoding="utf-8")
-    section = text.split(EXPECTED_VALUES, 1)[1]
-    derived = json.loads(section.split("```json", 1)[1].split("```", 1)[0])
+    derived = json.loads(text.split(EXPECTED_VALUES_BLOCK, 1)[1].split("```", 1)[0])
     report = json.loads(case.expected_report.read_bytes())
     wrong = []
     for pointer in derived.pop("!absent", []):
@@ -190,4 +190,5 @@ def test_derived_values_are_the_expected_reports(case) -> None:  # type: ignore[
         actual = _at_pointer(report, pointer)
         if not _same(value, actual):
             wrong.append(f"{pointer}: derived {value!r}, report {actual!r}")
+    assert derived, "an empty block checks nothing"
     assert not wrong, "\n".join(wrong)

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from servesim_conformance.features import available_features
+from servesim_conformance.implementation import version_problems
 from servesim_conformance.properties import at_current_version
 from servesim_conformance.schemas import validate_harness_document
 
@@ -54,8 +56,10 @@ def replay_with_fixture(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, Path]:
     """Run the adapter's command line on a golden case, with Dynamo's recorded outputs."""
-    outputs = iter(recorded(case).values())
+    fixture = recorded(case)
+    outputs = iter(value for key, value in fixture.items() if key.startswith("worker"))
     monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    monkeypatch.setattr(dynamo_runtime, "run_trace", lambda *a, **k: fixture["multi-turn replay"])
     folder = GOLDEN / case
     report = tmp_path / "report.json"
     code = cli.main(
@@ -183,22 +187,29 @@ def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["dynamo-fixed-smoke", "dynamo-fixed-two-workers"], ids=lambda case: case
+    "case",
+    [
+        "dynamo-fixed-smoke",
+        "dynamo-fixed-two-workers",
+        "fixed-pass-session-two-sessions-round-robin",
+        "fixed-pass-closed-loop-one-in-flight",
+        "fixed-pass-slo-bounds-inclusive",
+    ],
+    ids=lambda case: case,
 )
 def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The adapter writes report 4.0 (R52's members from Dynamo's admissions; no cache, so
-    their no-cache values; R57's null under round robin; it reads no scenario 1.3 or workload
-    1.2, so R38 lets it stay at 4.0): migrated to 5.0 as the harness does (R37, R64), the
-    golden report byte for byte."""
+    """The adapter writes report 5.0 (R38: it reads scenario 1.3 and workload 1.2; R52's
+    members from Dynamo's admissions, their no-cache values; R57's null under round robin;
+    sessions and the closed loop from Dynamo's multi-turn replay; R63's objectives read off
+    the report): the golden report byte for byte."""
     code, report = replay_with_fixture(case, tmp_path, monkeypatch)
     assert code == cli.EXIT_OK
     written = report.read_bytes()
-    assert json.loads(written)["schema_version"] == "4.0"
-    expected = (GOLDEN / case / "expected-report.json").read_bytes()
-    assert json.loads(expected)["schema_version"] == "5.0"
-    assert at_current_version(written) == expected
+    assert json.loads(written)["schema_version"] == "5.0"
+    assert at_current_version(written) == written
+    assert written == (GOLDEN / case / "expected-report.json").read_bytes()
 
 
 def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(
@@ -296,16 +307,76 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     description = cli.description()
     assert validate_harness_document("describe", description) == []
     assert description["features"] == ["timing.grid"]
-    assert description["protocol_version"] == 2
+    # R38: protocol 4, so leaving out timing.synthetic_linear skips the synthetic cases
+    assert description["protocol_version"] == 4
+    assert "timing.synthetic_linear" not in available_features(
+        description["features"], description["protocol_version"]
+    )
 
 
-def test_describe_reads_workload_1_1_writes_report_4_0_and_not_scenario_1_1_or_1_2() -> None:
-    """R53, R57: report 4.0; scenario 1.1 only adds kv_cache, which the adapter cannot state,
-    and 1.2 only the state-aware policies, which it refuses (R38 would then ask for 4.0)."""
+def test_describe_reads_sessions_and_scenario_1_3_writes_report_5_0_not_scenario_1_1_or_1_2() -> (
+    None
+):
+    """R38, R64: reading workload 1.2 and scenario 1.3 it writes report 5.0; scenario 1.1 only
+    adds kv_cache, which the adapter cannot state, and 1.2 only the state-aware policies, which
+    it refuses."""
     versions = cli.description()["schema_versions"]
-    assert versions["report"] == ["4.0"]
-    assert versions["workload"] == ["1.0", "1.1"]
-    assert versions["scenario"] == ["1.0"]
+    assert versions["report"] == ["5.0"]
+    assert versions["workload"] == ["1.0", "1.1", "1.2"]
+    assert versions["scenario"] == ["1.0", "1.3"]
+    assert version_problems(versions) == []
+
+
+def test_a_turn_recorded_after_its_release_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R59 takes the later of a turn's recorded time and its release; Dynamo has only the
+    delay. s-1 is released at 600 us in Dynamo's replay (recorded); recorded at 700 it would
+    arrive at 700 in servesim, so the adapter exits 2 naming it rather than report 600."""
+    case = "fixed-pass-session-two-sessions-round-robin"
+    fixture = recorded(case)
+    monkeypatch.setattr(dynamo_runtime, "run_trace", lambda *a, **k: fixture["multi-turn replay"])
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: pytest.fail("Dynamo was run"))
+    data = documents(case)
+    data["workload"]["requests"][2]["arrival_us"] = 700
+    arguments = write_case(tmp_path / "case", data["scenario"], data["workload"])
+    assert cli.main(arguments) == cli.EXIT_INVALID
+    error = capsys.readouterr().err
+    assert "unsupported feature session.recorded_arrival" in error
+    assert "recorded at 700 us, after its release at 600 us" in error
+    assert not (tmp_path / "case" / "report.json").exists()
+
+
+def test_the_two_replays_must_agree_on_every_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The per-token replay is given the multi-turn replay's arrivals; if it ended a request
+    at another time the arrivals would not be Dynamo's, so the adapter exits 1."""
+    case = "fixed-pass-closed-loop-one-in-flight"
+    fixture = recorded(case)
+    records = [dict(record) for record in fixture["multi-turn replay"]]
+    records[0]["terminal_time_ms"] += 0.001
+    monkeypatch.setattr(dynamo_runtime, "run_trace", lambda *a, **k: records)
+    outputs = iter(value for key, value in fixture.items() if key.startswith("worker"))
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    folder = GOLDEN / case
+    arguments = write_case(
+        tmp_path / "case", *(documents(case)[n] for n in ("scenario", "workload"))
+    )
+    assert cli.main(arguments) == cli.EXIT_DYNAMO
+    assert "the multi-turn replay ended it at" in capsys.readouterr().err
+    assert folder.is_dir()
+
+
+def test_a_stop_time_is_refused_by_name_without_running_dynamo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: pytest.fail("Dynamo was run"))
+    monkeypatch.setattr(dynamo_runtime, "run_trace", lambda *a, **k: pytest.fail("Dynamo was run"))
+    data = documents("fixed-pass-stop-mid-decode-run")
+    arguments = write_case(tmp_path / "case", data["scenario"], data["workload"])
+    assert cli.main(arguments) == cli.EXIT_INVALID
+    assert "unsupported feature scenario.stop_at_us" in capsys.readouterr().err
 
 
 def write_case(folder: Path, scenario: dict[str, Any], workload: dict[str, Any]) -> list[str]:

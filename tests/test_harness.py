@@ -620,3 +620,51 @@ def test_r73_a_listed_case_that_is_skipped_stays_skipped() -> None:
     result = run_case(CHUNKED, implementation, implementation.describe(), expected_failures=listed)
     assert result.outcome is Outcome.SKIP
     assert not result.outcome.is_problem
+
+
+GRID_CASE = next(case for case in CORPUS.cases if case.id == "valid/dynamo-fixed-smoke")
+
+
+def test_a_valid_synthetic_case_needs_the_baseline_timing_tag(tmp_path: Path) -> None:
+    """The manifest never lists the baseline kind's tag; the harness reads it off the profile,
+    for valid cases only (an invalid case's inputs are rejected, which needs no timing)."""
+    assert "timing.synthetic_linear" not in VALID.features
+    assert "timing.synthetic_linear" in VALID.needs()
+    assert GRID_CASE.needs() == GRID_CASE.features == frozenset({"timing.grid"})
+    assert "timing.synthetic_linear" not in invalid_case(tmp_path).needs()
+
+
+def test_protocol_4_without_synthetic_linear_skips_the_synthetic_cases(tmp_path: Path) -> None:
+    """R38: at protocol 4 an implementation without servesim's synthetic model leaves the tag
+    out; its synthetic cases are skipped, not errors, and everything else still runs."""
+    implementation = fake("protocol-4-no-synthetic")
+    description = implementation.describe()
+    assert description.protocol_version == 4
+    assert "timing.synthetic_linear" not in description.available
+    result = run_case(VALID, implementation, description)
+    assert result.outcome is Outcome.SKIP
+    assert result.message == "needs undeclared features: timing.synthetic_linear"
+    assert run_case(GRID_CASE, implementation, description).outcome is Outcome.PASS
+    invalid = run_case(invalid_case(tmp_path), implementation, description)
+    assert invalid.outcome is Outcome.PASS
+
+
+@pytest.mark.parametrize("mode", ["protocol-3-no-synthetic-tag", "protocol-4", "honest"])
+def test_synthetic_linear_is_had_unless_left_out_at_protocol_4(mode: str) -> None:
+    """Before protocol 4 the baseline tag changes nothing, declared or not; at protocol 4 an
+    implementation that declares it is given the synthetic cases."""
+    implementation = fake(mode)
+    description = implementation.describe()
+    assert "timing.synthetic_linear" in description.available
+    assert run_case(VALID, implementation, description).outcome is Outcome.PASS
+
+
+def test_skipped_smoke_cases_do_not_make_an_adapter_broken() -> None:
+    """Without the synthetic model every smoke case is skipped: the run goes on to the cases it
+    can run rather than stopping with "adapter broken"."""
+    implementation = fake("protocol-4-no-synthetic")
+    description = implementation.describe()
+    cases = [case for case in CORPUS.cases if case.smoke] + [GRID_CASE]
+    results, broken = run_cases(cases, implementation, description)
+    assert not broken
+    assert [result.outcome for result in results] == [Outcome.SKIP] * 3 + [Outcome.PASS]

@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from servesim_conformance.features import unknown_features_message
+from servesim_conformance.features import timing_kind_feature, unknown_features_message
 from servesim_conformance.schemas import validate_harness_document
 
 #: The input files of every case, by the role ``servesim replay`` gives them.
@@ -100,6 +100,26 @@ class Case:
             kind: _declared_version(path) or self.schema_version
             for kind, path in self.input_paths().items()
         }
+
+    def needs(self) -> frozenset[str]:
+        """The features the case needs: the manifest's and, for a case with valid inputs, the
+        baseline tag of its timing profile's model kind (``timing.synthetic_linear``), which
+        manifests do not list; an implementation at protocol 4 or later has it only if it
+        declares it (R38). An invalid case needs no timing model: its inputs are rejected."""
+        if not self.valid:
+            return self.features
+        tag = timing_kind_feature(_model_kind(self.input_paths()["timing_profile"]))
+        return self.features | {tag} if tag is not None else self.features
+
+
+def _model_kind(path: Path) -> object:
+    """The ``model.kind`` of a timing profile, or None when there is none to read."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    model = value.get("model") if isinstance(value, dict) else None
+    return model.get("kind") if isinstance(model, dict) else None
 
 
 def _declared_version(path: Path) -> str | None:

@@ -4,14 +4,17 @@ harness (SPEC.md R69).
 A tag is one of three kinds:
 
 - *baseline*: every implementation has it; declaring it is allowed and changes nothing, and no
-  case needs it;
+  case needs it; except that from harness protocol 4 an implementation has
+  ``timing.synthetic_linear`` only if it declares it (``OMISSIBLE_FROM``), so a simulator
+  whose timing is not servesim's synthetic model is not given the cases timed by one
+  (``case_needs``: a valid case whose profile is ``synthetic_linear`` needs the tag);
 - *behavioural*: it changes what a replay does, so a case that needs an undeclared one cannot be
   run and is skipped;
 - *additive*: it only adds members to the report, so a case that needs an undeclared one still
   runs, without the feature's argument, and is compared with the expected report as SPEC.md
   writes it when the feature is off (``trace``: R30, the report's ``trace`` is null).
 
-The list is the describe schema's enum (``schemas/harness/v3/describe.schema.json``); a test
+The list is the describe schema's enum (``schemas/harness/v4/describe.schema.json``); a test
 checks the two agree.
 """
 
@@ -58,6 +61,33 @@ _REMOVERS: dict[str, Callable[[dict[str, Any]], None]] = {"trace": _without_trac
 
 #: The additive features (``FEATURES``' ``ADDITIVE`` tags, each with its remover).
 ADDITIVE: frozenset[str] = frozenset(_REMOVERS)
+
+#: Baseline tags an implementation may leave out, and the harness protocol from which it may:
+#: speaking that protocol or a later one, an implementation has the feature only if it declares
+#: it, and a case that needs it is skipped otherwise; at an older protocol every implementation
+#: has it, declared or not (SPEC.md R38).
+OMISSIBLE_FROM: dict[str, int] = {"timing.synthetic_linear": 4}
+
+#: The tag a valid case needs for its timing profile's model kind, where the manifest does not
+#: list it: the baseline kind, which older manifests never name (grid and regression cases
+#: list theirs, ``timing.grid`` and ``timing.regression``).
+_TIMING_KIND_TAGS: dict[str, str] = {"synthetic_linear": "timing.synthetic_linear"}
+
+
+def available_features(declared: Iterable[str], protocol: int) -> frozenset[str]:
+    """The features an implementation has: the ones it declares, and every baseline one it may
+    not leave out at its ``protocol`` (``OMISSIBLE_FROM``)."""
+    baseline = {
+        tag
+        for tag, kind in FEATURES.items()
+        if kind is Kind.BASELINE and protocol < OMISSIBLE_FROM.get(tag, protocol + 1)
+    }
+    return frozenset(declared) | baseline
+
+
+def timing_kind_feature(kind: object) -> str | None:
+    """The baseline tag a valid case needs for a timing profile of ``kind``, if any."""
+    return _TIMING_KIND_TAGS.get(kind) if isinstance(kind, str) else None
 
 
 def unknown_features(tags: Iterable[object]) -> list[str]:

@@ -22,13 +22,14 @@ from typing import IO, Any
 
 from servesim.contract.migrations import version_key
 from servesim.contract.schemas import SUPPORTED_VERSIONS
-from servesim_conformance.features import unknown_features_message
+from servesim_conformance.features import available_features, unknown_features_message
 from servesim_conformance.schemas import validate_harness_document
 
 #: The harness protocol versions this harness speaks: 1 (exit codes 0 and 2), 2 (adds exit
-#: code 3, R38) and 3 (protocol 2's command line; its harness documents close the feature list
-#: and add agreement figures to the run report).
-SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2, 3)
+#: code 3, R38), 3 (protocol 2's command line; its harness documents close the feature list
+#: and add agreement figures to the run report) and 4 (protocol 3's command line and documents;
+#: ``timing.synthetic_linear`` is had only when declared, ``features.OMISSIBLE_FROM``).
+SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2, 3, 4)
 
 #: The first protocol with exit code 3 (R43): out-of-coverage cases need it.
 OUT_OF_COVERAGE_PROTOCOL = 2
@@ -78,6 +79,12 @@ class Description:
     def declares(self, kind: str, version: str) -> bool:
         """Whether it reads ``version`` of an input ``kind``, or writes it for the report."""
         return version in self.schema_versions.get(kind, [])
+
+    @property
+    def available(self) -> frozenset[str]:
+        """The features it has: those it declares, and the baseline ones it cannot leave out at
+        its protocol (every baseline one before protocol 4; R38)."""
+        return available_features(self.features, self.protocol_version)
 
     @property
     def exits_out_of_coverage(self) -> bool:

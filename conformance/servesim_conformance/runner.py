@@ -294,7 +294,7 @@ def skip_reason(case: Case, description: Description) -> str | None:
     given to it. A version nobody reads (not released for its kind) is the fault of an invalid
     case, which every implementation must reject (R2, R5), so it is no reason to skip.
     """
-    missing = sorted(case.features - description.features - ADDITIVE)
+    missing = sorted(case.needs() - description.available - ADDITIVE)
     if missing:
         return f"needs undeclared features: {', '.join(missing)}"
     unread = [

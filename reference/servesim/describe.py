@@ -23,7 +23,7 @@ FEATURES: tuple[str, ...] = (
 
 
 def description(version: str) -> dict[str, Any]:
-    """The ``--describe`` document (schemas/harness/v3/describe.schema.json).
+    """The ``--describe`` document (schemas/harness/v4/describe.schema.json).
 
     Inputs list every version read; the report lists the versions written (R38). Reading
     scenario 1.3 and workload 1.2 the reference writes report 5.0, as R38 requires of every

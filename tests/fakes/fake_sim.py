@@ -31,6 +31,9 @@ HONEST_RUNS = {
     "reads-only-2.0",
     "protocol-1",
     "protocol-3",
+    "protocol-3-no-synthetic-tag",
+    "protocol-4",
+    "protocol-4-no-synthetic",
     "unknown-feature",
 }
 
@@ -106,8 +109,13 @@ def describe(mode: str) -> dict[str, Any]:
     if mode == "workload-1.2-report-4.0":  # likewise; scenario 1.3 not read
         described["schema_versions"]["report"] = ["4.0"]
         described["schema_versions"]["scenario"] = ["1.0", "1.1", "1.2"]
-    if mode == "protocol-3":
+    if mode in ("protocol-3", "protocol-3-no-synthetic-tag"):
         described["protocol_version"] = 3
+    if mode in ("protocol-4", "protocol-4-no-synthetic"):
+        described["protocol_version"] = 4
+    if mode in ("protocol-3-no-synthetic-tag", "protocol-4-no-synthetic"):
+        # protocol 3: a baseline tag left out changes nothing; protocol 4: no synthetic model
+        described["features"].remove("timing.synthetic_linear")
     if mode == "unknown-feature":  # a misspelt tag
         described["features"].append("routing.randm")
     if mode in WITHOUT_TRACE:

@@ -16,8 +16,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from servesim_dynamo import dynamo_runtime
-from servesim_dynamo.mapping import check_scenario, fixed_timing, placement, replay_spec
+from servesim_dynamo import cli, dynamo_runtime
+
+INPUTS = ("scenario.json", "workload.json", "timing-profile.json")
 
 RECORD_MEMBERS = (
     "request_id",
@@ -50,18 +51,39 @@ def trimmed(output: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The members of the multi-turn replay's records the adapter reads (sessions.py).
+TRACE_MEMBERS = (
+    "session_id",
+    "turn_index",
+    "arrival_time_ms",
+    "terminal_time_ms",
+    "decode_worker_idx",
+)
+
+
 def main(case: str, destination: str) -> None:
+    """Run the adapter on the case with Dynamo, keeping what each Dynamo call returned: the
+    per-token runtime's output per worker, and for sessions or a closed loop the multi-turn
+    replay's records (key ``multi-turn replay``)."""
     folder = Path(case)
-    scenario = json.loads((folder / "scenario.json").read_text())
-    workload = json.loads((folder / "workload.json").read_text())
-    profile = json.loads((folder / "timing-profile.json").read_text())
-    check_scenario(scenario)
-    timing = fixed_timing(profile, scenario["scheduler"])
-    requests = workload["requests"]
-    recorded = {}
-    for index, positions in enumerate(placement(requests, scenario["fleet"]["workers"])):
-        spec = replay_spec(scenario, requests, positions, timing)
-        recorded[f"worker {index}"] = trimmed(dynamo_runtime.run(spec))
+    recorded: dict[str, Any] = {}
+    run, run_trace = dynamo_runtime.run, dynamo_runtime.run_trace
+
+    def recording_run(spec: dict[str, Any]) -> dict[str, Any]:
+        output = run(spec)
+        recorded[f"worker {len([k for k in recorded if k.startswith('worker')])}"] = trimmed(output)
+        return output
+
+    def recording_trace(*arguments: Any, **options: Any) -> list[dict[str, Any]]:
+        records = run_trace(*arguments, **options)
+        recorded["multi-turn replay"] = [
+            {name: record[name] for name in TRACE_MEMBERS} for record in records
+        ]
+        return records
+
+    dynamo_runtime.run = recording_run  # type: ignore[assignment]
+    dynamo_runtime.run_trace = recording_trace  # type: ignore[assignment]
+    cli.replay(*(str(folder / name) for name in INPUTS))
     Path(destination).write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
 
 

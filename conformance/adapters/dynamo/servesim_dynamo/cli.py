@@ -28,7 +28,8 @@ from servesim_dynamo.mapping import (
     placement,
     replay_spec,
 )
-from servesim_dynamo.report import build_report
+from servesim_dynamo.report import as_report_5, build_report
+from servesim_dynamo.sessions import needs_release, release
 from servesim_dynamo.timeline import DynamoResult, Timeline, read_worker
 
 EXIT_OK = 0
@@ -41,28 +42,32 @@ EXIT_UNWRITABLE = 4
 def description() -> dict[str, Any]:
     """The ``--describe`` answer: only what Dynamo does as SPEC.md says.
 
-    Protocol 2 (exit 3) because it reads timing profile 1.1 for ``timing.grid``; it never exits
-    3 itself, for it refuses any grid whose coverage is narrower than the scheduler's limits.
-    Not declared: ``prefill.chunked`` (no per-request chunk cap), ``routing.random`` (no seeded
-    random router), ``timing.regression`` (not expressible), ``trace`` (Dynamo records no
-    per-pass membership). ``synthetic_linear``, a baseline kind, is refused case by case.
-    Scenario 1.1 is not declared: its one addition, ``kv_cache``, asks for figures Dynamo does
-    not record (R52's blocks in use; kv.py), so cases with a cache are skipped, and refused by
-    name if given anyway. Nor is scenario 1.2: its additions, the state-aware policies
-    ``least_loaded`` and ``cache_aware``, are refused by name (``mapping.check_scenario``), so
-    its cases are skipped. Workload 1.1 is: without a cache its ``prefix_hashes`` change nothing
-    (R47, R53). The report is 4.0 (R57), its cache members those of a replay without a cache
+    Protocol 4 (R38): it leaves out ``timing.synthetic_linear``, a model Dynamo does not have,
+    so the synthetic cases are skipped rather than refused one by one; it reads timing profile
+    1.1 for ``timing.grid`` (exit 3 is protocol 2's; it never exits 3 itself, for it refuses
+    any grid whose coverage is narrower than the scheduler's limits). Not declared:
+    ``prefill.chunked`` (no per-request chunk cap), ``routing.random`` (no seeded random
+    router), ``timing.regression`` (not expressible), ``trace`` (Dynamo records no per-pass
+    membership). Scenario 1.1 is not declared: its one addition, ``kv_cache``, asks for figures
+    Dynamo does not record (R52's blocks in use; kv.py), so cases with a cache are skipped, and
+    refused by name if given anyway. Nor is scenario 1.2: its additions, the state-aware
+    policies ``least_loaded`` and ``cache_aware``, are refused by name
+    (``mapping.check_scenario``). Scenario 1.3 is: its closed loop runs through Dynamo's
+    concurrency mode and its objectives are read off the report (sessions.py, report.py); its
+    stop time is refused by name. Workload 1.1 is (without a cache its ``prefix_hashes``
+    change nothing, R47, R53), and so is 1.2, whose sessions run through Dynamo's multi-turn
+    replay. The report is 5.0 (R38, R64), its cache members those of a replay without a cache
     and ``cached_blocks_at_routing`` null (round robin).
     """
     return {
         "name": NAME,
         "version": f"ai-dynamo {dynamo_runtime.version()}",
-        "protocol_version": 2,
+        "protocol_version": 4,
         "schema_versions": {
-            "scenario": ["1.0"],
-            "workload": ["1.0", "1.1"],
+            "scenario": ["1.0", "1.3"],
+            "workload": ["1.0", "1.1", "1.2"],
             "timing_profile": ["1.0", "1.1"],
-            "report": ["4.0"],
+            "report": ["5.0"],
         },
         "features": ["timing.grid"],
     }
@@ -94,13 +99,29 @@ def replay(scenario_path: str, workload_path: str, profile_path: str) -> bytes:
     check_kv_cache(scenario.value)
     timing = fixed_timing(profile.value, scenario.value["scheduler"])
     requests = workload.value["requests"]
+    workers = scenario.value["fleet"]["workers"]
+    released = None
+    if needs_release(scenario.value, workload.value):
+        # R59, R61: when each request arrives, and where, from Dynamo's multi-turn replay
+        released = release(scenario.value, requests, timing)
+        requests = [
+            {**request, "arrival_us": at}
+            for request, at in zip(requests, released.arrival_us, strict=True)
+        ]
+        placed: list[list[int]] = [[] for _ in range(workers)]
+        for position in sorted(range(len(requests)), key=lambda p: requests[p]["arrival_us"]):
+            placed[released.worker[position]].append(position)
+    else:
+        placed = placement(requests, workers)
     by_worker: list[list[Timeline]] = []
-    for index, positions in enumerate(placement(requests, scenario.value["fleet"]["workers"])):
+    for index, positions in enumerate(placed):
         if not positions:
             by_worker.append([])
             continue
         output = dynamo_runtime.run(replay_spec(scenario.value, requests, positions, timing))
         by_worker.append(read_worker(output, index))
+    if released is not None:
+        _check_agreement(requests, by_worker, released.terminal_us)
     value = build_report(
         {"scenario": scenario.data, "workload": workload.data, "timing_profile": profile.data},
         profile.value.get("calibration"),
@@ -108,8 +129,22 @@ def replay(scenario_path: str, workload_path: str, profile_path: str) -> bytes:
         by_worker,
         timing,
     )
-    data: bytes = canonical_bytes(value)
+    data: bytes = canonical_bytes(as_report_5(value, requests, scenario.value))
     return data + b"\n"
+
+
+def _check_agreement(
+    requests: list[dict[str, Any]], by_worker: list[list[Timeline]], terminal_us: list[int]
+) -> None:
+    """The per-token replay of each worker must end every request when the multi-turn replay
+    did, or the arrivals it was given would not be Dynamo's."""
+    ends = {t.id: t.terminal_us for worker in by_worker for t in worker}
+    for request, expected in zip(requests, terminal_us, strict=True):
+        if ends.get(request["id"]) != expected:
+            raise DynamoResult(
+                f"request {request['id']!r}: the multi-turn replay ended it at {expected} us, the "
+                f"per-token replay at {ends.get(request['id'])} us"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -63,3 +63,42 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         raise DynamoResult(f"Dynamo's replay failed: {error}") from None
     result: dict[str, Any] = json.loads(output)
     return result
+
+
+def run_trace(
+    rows: list[dict[str, Any]],
+    engine: dict[str, Any],
+    workers: int,
+    *,
+    concurrency: int | None,
+    block_size: int,
+) -> list[dict[str, Any]]:
+    """Dynamo's documented multi-worker replay of a Mooncake trace (``run_trace_replay``, round
+    robin) with multi-turn sessions (``session_id``, ``delay``) and, given ``concurrency``, its
+    closed loop (``replay_concurrency``): the per-request records, in no particular order."""
+    import tempfile
+
+    os.environ.setdefault("DYN_LOG", "error")
+    try:
+        from dynamo.replay import run_trace_replay
+    except ImportError as error:
+        raise DynamoResult(f"ai-dynamo is not installed ({error})") from None
+    with tempfile.TemporaryDirectory(prefix="servesim-dynamo-") as folder:
+        path = os.path.join(folder, "trace.jsonl")
+        with open(path, "w", encoding="utf-8") as trace:
+            trace.writelines(json.dumps(row) + "\n" for row in rows)
+        try:
+            report = run_trace_replay(
+                [path],
+                extra_engine_args={"engine": engine},
+                num_workers=workers,
+                router_mode="round_robin",
+                trace_block_size=block_size,
+                capture_per_request=True,
+                replay_concurrency=concurrency,
+            )
+        except (RuntimeError, ValueError) as error:
+            raise DynamoResult(f"Dynamo's session replay failed: {error}") from None
+    value = report.to_dict() if hasattr(report, "to_dict") else report
+    records: list[dict[str, Any]] = list(value["per_request"])
+    return records

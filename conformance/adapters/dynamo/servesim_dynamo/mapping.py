@@ -126,6 +126,13 @@ def check_scenario(scenario: dict[str, Any]) -> None:
     policy = scenario["routing"]["policy"]
     if policy != "round_robin":
         raise Unsupported(f"routing.{policy}", UNSUPPORTED_POLICIES[policy])
+    if "stop_at_us" in scenario:
+        raise Unsupported(
+            "scenario.stop_at_us",
+            "the per-token runtime the adapter reads has no stop time, and Dynamo's "
+            "max_sim_time_ms (documented replay only) records no token times to cut at it "
+            "(R62)",
+        )
     prefill = scenario["scheduler"]["prefill"]
     if prefill["mode"] == "chunked":
         raise Unsupported(

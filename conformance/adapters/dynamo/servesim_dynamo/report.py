@@ -16,6 +16,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
+from servesim.contract.migrations import CHAIN
 from servesim.engine.admission import REJECT_REASONS
 from servesim.report.writer import (
     digest,
@@ -218,3 +219,48 @@ def build_report(
         "requests": entries,
         "trace": None,
     }
+
+
+def _meets(entry: dict[str, Any], slo: dict[str, int]) -> bool:
+    """R63, from the report's own figures: completed, and every given bound holds inclusively;
+    the mean ITL bound compared exactly in integers (one token: no gap, met)."""
+    if entry["outcome"] != "completed":
+        return False
+    tokens = entry["token_times_us"]
+    return (
+        ("ttft_us" not in slo or entry["ttft_us"] <= slo["ttft_us"])
+        and ("e2e_us" not in slo or entry["e2e_us"] <= slo["e2e_us"])
+        and (
+            "mean_itl_us" not in slo
+            or tokens[-1] - tokens[0] <= slo["mean_itl_us"] * (len(tokens) - 1)
+        )
+    )
+
+
+def as_report_5(
+    value: dict[str, Any], requests: list[dict[str, Any]], scenario: dict[str, Any]
+) -> dict[str, Any]:
+    """The report 5.0 of a 4.0 report value (R64): R37's exact migration (``session`` null,
+    ``cut_off`` 0, ``tpot_us`` from each completed request's times), then each request's
+    session from the workload, and with ``slo`` each request's ``slo_met`` and the summary's
+    ``goodput`` (R63), computed from the report's figures as SPEC.md defines them (nothing in
+    Dynamo is asked: objectives are a reading of the times it recorded)."""
+    migrated = dict(CHAIN.migrate(value, "report", "5.0").document)
+    entries = migrated["requests"]
+    for entry, request in zip(entries, requests, strict=True):
+        entry["session"] = request.get("session")
+    slo = scenario.get("slo")
+    if slo is not None:
+        met = [_meets(entry, slo) for entry in entries]
+        for entry, flag in zip(entries, met, strict=True):
+            entry["slo_met"] = flag
+        makespan = migrated["summary"]["makespan_us"]
+        requests_met = sum(met)
+        tokens_met = sum(e["output_tokens"] for e, flag in zip(entries, met, strict=True) if flag)
+        migrated["summary"]["goodput"] = {
+            "requests": requests_met,
+            "output_tokens": tokens_met,
+            "request_throughput_per_s": ratio(requests_met * 1_000_000, makespan),
+            "output_token_throughput_per_s": ratio(tokens_met * 1_000_000, makespan),
+        }
+    return migrated
