@@ -1,0 +1,157 @@
+"""vLLM's step formation (SPEC.md R17 to R19; with a KV cache R48 to R50).
+
+Decode first, then the running prefills, then admission from the head of the queue, no
+skipping; with a cache each request takes the blocks its step needs (R46), and when they are
+not there the latest-admitted request not yet served is preempted (R49); a step that preempted
+admits nobody (as vLLM v1). Without a cache (``memory.unlimited``) R50's additions change
+nothing, and they are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim.contract.model import SchedulerLimits
+from servesim.engine.formation.batch import Batch
+from servesim.engine.requests import RequestState
+
+if TYPE_CHECKING:
+    from servesim.engine.worker import Worker
+
+
+def prefill_allotment(remaining: int, budget: int, limits: SchedulerLimits) -> int:
+    """R19: the prompt tokens one request may prefill in this step (0: none).
+
+    Whole prefill is all or nothing; a chunk is the smallest of what is left of the prompt, the
+    chunk cap and the step's remaining token budget.
+    """
+    if limits.max_chunk_tokens is None:  # whole prefill
+        return remaining if remaining <= budget else 0
+    return min(remaining, limits.max_chunk_tokens, budget)
+
+
+def allotment_with_cache(
+    remaining: int, budget: int, limits: SchedulerLimits, recomputing: bool
+) -> int:
+    """R50: R19's allotment, except that in ``"whole"`` mode a request recomputing after a
+    preemption is allotted ``min(remaining, budget)`` (its prompt plus produced tokens may
+    exceed the budget that R10 checked its prompt against)."""
+    if recomputing and limits.max_chunk_tokens is None:
+        return min(remaining, budget)
+    return prefill_allotment(remaining, budget, limits)
+
+
+class VllmFormation:
+    """R17 to R19, with R50's additions: ``formation.Formation`` for vLLM."""
+
+    __slots__ = ("limits",)
+
+    def __init__(self, limits: SchedulerLimits) -> None:
+        self.limits = limits
+
+    def form(self, worker: Worker, now_us: int) -> Batch:
+        """R50's three parts in order: decode, running prefills, admission."""
+        served: set[RequestState] = set()  # R49: given a decode token or an allotment
+        running = worker.running
+        if worker.memory.unlimited:  # R17: every Decode request, in running order
+            decode = [state for state in running if state.decoding]
+        else:  # R50 1.: each needs the blocks for one more cached token
+            running = list(running)  # the running order before anyone is preempted
+            decode = [
+                state
+                for state in running
+                if state.decoding and self._grow(worker, state, 1, served)
+            ]
+        budget = self.limits.max_batched_tokens - len(decode)
+        prefill: list[tuple[RequestState, int]] = []
+        # R18: with whole prefill, or when every running request decodes, there are none
+        if len(decode) < len(running):
+            budget = self._running_prefills(worker, running, budget, prefill, served)
+        if worker.waiting and not worker.preempted:  # R50 3.: only if nobody was preempted
+            self._admit(worker, now_us, budget, prefill)
+        return decode, prefill
+
+    def _running_prefills(
+        self,
+        worker: Worker,
+        running: list[RequestState],
+        budget: int,
+        prefill: list[tuple[RequestState, int]],
+        served: set[RequestState],
+    ) -> int:
+        """R18, R50 2.: each running Prefill request, in running order (``running``, as the
+        step began), while the budget lasts, unless it was preempted; the budget left."""
+        limits = self.limits
+        unlimited = worker.memory.unlimited
+        preempted = worker.preempted
+        for state in running:
+            if budget == 0:
+                break
+            if state.decoding or state in preempted:
+                continue
+            tokens = allotment_with_cache(
+                state.prefill_target - state.prefilled, budget, limits, state.preemptions > 0
+            )
+            if unlimited or self._grow(worker, state, tokens, served):
+                prefill.append((state, tokens))
+                budget -= tokens
+        return budget
+
+    def _admit(
+        self, worker: Worker, now_us: int, budget: int, prefill: list[tuple[RequestState, int]]
+    ) -> None:
+        """R19, R50 3.: the head of the queue, while it can have its allotment and the blocks
+        for it (beyond its reuse, R48); no skipping, no preemption for a waiting request."""
+        limits = self.limits
+        memory = worker.memory
+        waiting, running = worker.waiting, worker.running
+        while waiting and budget > 0 and len(running) < limits.max_num_seqs:
+            head = waiting[0]
+            target = head.request.prompt_tokens + head.token_times_us.count  # R48's L
+            reused = memory.reusable(head, target)
+            tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
+            if tokens == 0:
+                break
+            refused = memory.refusal(head, reused + tokens)
+            if refused:
+                worker.refused_blocks = refused
+                break
+            waiting.popleft()
+            memory.admit(head, reused + tokens)
+            head.prefill_target = target
+            head.prefilled = reused
+            if head.first_scheduled_us is None:  # R49: a readmission keeps the first one
+                head.first_scheduled_us = now_us
+                head.reused_prompt_tokens = reused
+            running.append(head)
+            prefill.append((head, tokens))
+            budget -= tokens
+
+    def _grow(
+        self,
+        worker: Worker,
+        state: RequestState,
+        tokens: int,
+        served: set[RequestState],
+    ) -> bool:
+        """R46, R49: the request's cached tokens grow by ``tokens`` with the blocks they need,
+        preempting until it can (or until it is itself the victim: False)."""
+        memory = worker.memory
+        while not memory.grow(state, tokens):
+            victim = _victim(worker.running, state, served)
+            worker.preempt(victim)
+            if victim is state:
+                return False
+        served.add(state)
+        return True
+
+
+def _victim(
+    running: list[RequestState], requester: RequestState, served: set[RequestState]
+) -> RequestState:
+    """R49: the running request latest in the running list not yet given anything in this
+    step, other than the requester; the requester itself when none remains."""
+    for state in reversed(running):
+        if state is not requester and state not in served:
+            return state
+    return requester
