@@ -115,6 +115,32 @@ def make_workers(scenario: Scenario, workload: Workload, first_blocks: FirstBloc
 class EventLoop:
     """One replay's queue, fleet and arrivals, with one handler per kind of event (R7)."""
 
+    __slots__ = (
+        "arrivals",
+        "arrived",
+        "fleet_view",
+        "horizon",
+        "known",
+        "known_pending",
+        "kv_cache",
+        "limits",
+        "model",
+        "progress",
+        "queue",
+        "records_cached",
+        "releases",
+        "requests",
+        "router",
+        "sequence",
+        "state_aware",
+        "states",
+        "steps",
+        "stop_us",
+        "timing",
+        "uses_context",
+        "workers",
+    )
+
     def __init__(
         self,
         scenario: Scenario,
@@ -195,7 +221,8 @@ class EventLoop:
         self._request_scheduling(worker, now_us)
 
     def stop(self, now_us: int, order: int, subject: int) -> None:
-        """R62: nothing at or after the stop time happens but the completions at it."""
+        """R62: nothing at or after the stop time happens but the completions at it: the
+        events left are dropped, and the loop ends."""
         self.queue.clear()
 
     def arrival(self, now_us: int, order: int, position: int) -> None:

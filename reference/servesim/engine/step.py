@@ -47,6 +47,12 @@ class Step:
     step's; untraced, only its first's (the worker's peak counts the run's last)."""
     preempted: list[str] = field(default_factory=list)
     """R49, R52: the ids of the requests preempted while the step was formed, in order."""
+    prefill_tokens: int = field(init=False)
+    """R22's P: the prompt tokens one step prefills, over all requests (its allotments are
+    fixed once it is formed: summed once, for the timing model and the worker both read it)."""
+
+    def __post_init__(self) -> None:
+        self.prefill_tokens = sum([tokens for _, tokens in self.prefill])
 
     @property
     def end_us(self) -> int:
@@ -64,11 +70,6 @@ class Step:
         for first_end, duration, count in segments:
             for end in range(first_end, first_end + count * duration, duration):
                 yield end - duration, end
-
-    @property
-    def prefill_tokens(self) -> int:
-        """The prompt tokens one step prefills, over all requests."""
-        return sum(tokens for _, tokens in self.prefill)
 
     @property
     def shape(self) -> StepShape:

@@ -19,26 +19,20 @@ if TYPE_CHECKING:
     from servesim.engine.worker import Worker
 
 
-def prefill_allotment(remaining: int, budget: int, limits: SchedulerLimits) -> int:
-    """R19: the prompt tokens one request may prefill in this step (0: none).
+def allotment(remaining: int, budget: int, limits: SchedulerLimits, recomputing: bool) -> int:
+    """R19, R50: the tokens one request may prefill (or recompute) in this step (0: none).
 
-    Whole prefill is all or nothing; a chunk is the smallest of what is left of the prompt, the
-    chunk cap and the step's remaining token budget.
-    """
-    if limits.max_chunk_tokens is None:  # whole prefill
-        return remaining if remaining <= budget else 0
-    return min(remaining, limits.max_chunk_tokens, budget)
-
-
-def allotment_with_cache(
-    remaining: int, budget: int, limits: SchedulerLimits, recomputing: bool
-) -> int:
-    """R50: R19's allotment, except that in ``"whole"`` mode a request recomputing after a
+    Whole prefill is all or nothing, except that with a cache a request recomputing after a
     preemption is allotted ``min(remaining, budget)`` (its prompt plus produced tokens may
-    exceed the budget that R10 checked its prompt against)."""
-    if recomputing and limits.max_chunk_tokens is None:
-        return min(remaining, budget)
-    return prefill_allotment(remaining, budget, limits)
+    exceed the budget that R10 checked its prompt against); a chunk is the smallest of what is
+    left, the chunk cap and the step's remaining token budget.
+    """
+    chunk = limits.max_chunk_tokens
+    if chunk is None:  # whole prefill
+        if recomputing:
+            return min(remaining, budget)
+        return remaining if remaining <= budget else 0
+    return min(remaining, chunk, budget)
 
 
 class VllmFormation:
@@ -57,11 +51,12 @@ class VllmFormation:
             decode = [state for state in running if state.decoding]
         else:  # R50 1.: each needs the blocks for one more cached token
             running = list(running)  # the running order before anyone is preempted
-            decode = [
-                state
-                for state in running
-                if state.decoding and self._grow(worker, state, 1, served)
-            ]
+            grow = worker.memory.grow
+            decode = []
+            for state in running:  # one preempted by a request before it no longer decodes
+                if state.decoding and (grow(state, 1) or self._make_room(worker, state, 1, served)):
+                    served.add(state)
+                    decode.append(state)
         budget = self.limits.max_batched_tokens - len(decode)
         prefill: list[tuple[RequestState, int]] = []
         # R18: with whole prefill, or when every running request decodes, there are none
@@ -83,16 +78,21 @@ class VllmFormation:
         step began), while the budget lasts, unless it was preempted; the budget left."""
         limits = self.limits
         unlimited = worker.memory.unlimited
+        grow = worker.memory.grow
         preempted = worker.preempted
-        for state in running:
+        # Those in Decode now were all served in part 1 (one not served was preempted, and
+        # lost its progress), so none of them can be a victim here: which requests prefill
+        # is known before the first allotment.
+        for state in [state for state in running if not state.decoding]:
             if budget == 0:
                 break
-            if state.decoding or state in preempted:
+            if state in preempted:  # by a request before it in part 1, or here
                 continue
-            tokens = allotment_with_cache(
+            tokens = allotment(
                 state.prefill_target - state.prefilled, budget, limits, state.preemptions > 0
             )
-            if unlimited or self._grow(worker, state, tokens, served):
+            if unlimited or grow(state, tokens) or self._make_room(worker, state, tokens, served):
+                served.add(state)
                 prefill.append((state, tokens))
                 budget -= tokens
         return budget
@@ -109,7 +109,7 @@ class VllmFormation:
             head = waiting[0]
             target = head.request.prompt_tokens + head.token_times_us.count  # R48's L
             reused = memory.reusable(head, target)
-            tokens = allotment_with_cache(target - reused, budget, limits, head.preemptions > 0)
+            tokens = allotment(target - reused, budget, limits, head.preemptions > 0)
             if tokens == 0:
                 break
             refused = memory.refusal(head, reused + tokens)
@@ -127,23 +127,20 @@ class VllmFormation:
             prefill.append((head, tokens))
             budget -= tokens
 
-    def _grow(
-        self,
-        worker: Worker,
-        state: RequestState,
-        tokens: int,
-        served: set[RequestState],
+    def _make_room(
+        self, worker: Worker, state: RequestState, tokens: int, served: set[RequestState]
     ) -> bool:
-        """R46, R49: the request's cached tokens grow by ``tokens`` with the blocks they need,
-        preempting until it can (or until it is itself the victim: False)."""
+        """R49: the blocks for ``tokens`` more cached tokens of ``state`` are not there:
+        preempt until it can have them (then it takes them), or until it is itself the
+        victim (False)."""
         memory = worker.memory
-        while not memory.grow(state, tokens):
+        while True:
             victim = _victim(worker.running, state, served)
             worker.preempt(victim)
             if victim is state:
                 return False
-        served.add(state)
-        return True
+            if memory.grow(state, tokens):
+                return True
 
 
 def _victim(
