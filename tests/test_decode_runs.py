@@ -25,8 +25,9 @@ from servesim.contract.model import (
     rounding_extent,
 )
 from servesim.contract.timing_profile import build_timing_profile
-from servesim.engine import worker
-from servesim.engine.worker import RequestState, Step, measured_decode_run
+from servesim.engine.decode_runs import measured_decode_run
+from servesim.engine.requests import RequestState
+from servesim.engine.step import Step
 from servesim_conformance.strategies import REACHABLE, measured_timing_profiles
 
 # --- the models: how far the context may grow with the same duration ------------------------
@@ -149,7 +150,7 @@ def test_a_run_formed_by_stretches_ends_where_the_walk_ends(
     case: tuple[MeasuredTiming, Step, int],
 ) -> None:
     model, step, max_end_us = case
-    with mock.patch.object(worker, "MEASURED_RUN_STRETCHES", 10**6):
+    with mock.patch("servesim.engine.decode_runs.MEASURED_RUN_STRETCHES", 10**6):
         measured_decode_run(step, model, max_end_us)
     walked = _walked_ends(step, model, max_end_us)
     assert _ends(step) == walked
@@ -165,7 +166,7 @@ def test_a_run_formed_by_stretches_ends_where_the_walk_ends(
 def test_a_run_stops_at_the_stretch_cap(case: tuple[MeasuredTiming, Step, int], cap: int) -> None:
     model, step, max_end_us = case
     walked = _walked_ends(step, model, max_end_us)
-    with mock.patch.object(worker, "MEASURED_RUN_STRETCHES", cap):
+    with mock.patch("servesim.engine.decode_runs.MEASURED_RUN_STRETCHES", cap):
         measured_decode_run(step, model, max_end_us)
     ends = _ends(step)
     assert ends == walked[: len(ends)]

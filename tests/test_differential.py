@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servesim.contract.errors import OutOfCoverage, ServesimError
-from servesim.engine import worker
+from servesim.engine import decode_runs
 from servesim_conformance.properties import (
     Documents,
     at_current_version,
@@ -223,7 +223,7 @@ def test_measured_runs_of_few_stretches_each_equal_plain_loop(
     documents: Documents, stretches: int
 ) -> None:
     """A run capped at one to three stretches goes on in the next run, seamlessly."""
-    with mock.patch.object(worker, "MEASURED_RUN_STRETCHES", stretches):
+    with mock.patch.object(decode_runs, "MEASURED_RUN_STRETCHES", stretches):
         assert reference_report(documents) == plain_report(documents)
 
 

@@ -36,10 +36,14 @@ from servesim.contract.model import (
     TimingProfile,
     Workload,
 )
-from servesim.engine import loop as simulation
-from servesim.engine.kv_cache import PRIVATE
+from servesim.engine import decode_runs
+from servesim.engine.block_memory import BlockMemory
+from servesim.engine.kv_cache import PRIVATE, BlockCache
 from servesim.engine.loop import SimulationResult, simulate
-from servesim.engine.worker import CachingWorker, RequestState, Step, Worker
+from servesim.engine.memory import UnlimitedMemory
+from servesim.engine.requests import RequestState
+from servesim.engine.step import Step
+from servesim.engine.worker import Worker
 from tests.helpers import as_report_2_0, scenario_doc, timing_doc, workload_doc, write_inputs
 
 PROFILE = TimingProfile(SyntheticLinearTiming(1_000_000, 10_000, 100_000))
@@ -85,10 +89,16 @@ def times(result: SimulationResult) -> dict[str, list[int]]:
     return {state.request.id: state.token_times_us.to_list() for state in result.requests}
 
 
-def cache_worker(result: SimulationResult, index: int = 0) -> CachingWorker:
+def cache_worker(result: SimulationResult, index: int = 0) -> Worker:
     worker = result.workers[index]
-    assert isinstance(worker, CachingWorker)
+    assert isinstance(worker.memory, BlockMemory)
     return worker
+
+
+def cache_of(worker: Worker) -> BlockCache:
+    """The worker's ``BlockCache`` (it has a cache)."""
+    assert isinstance(worker.memory, BlockMemory)
+    return worker.memory.cache
 
 
 def expanded_trace(steps: list[Step]) -> list[tuple[Any, ...]]:
@@ -137,24 +147,26 @@ def test_r45_held_cached_and_free_blocks_add_up_to_the_cache() -> None:
     #   block 0 (cached, release 2). After: held 0, cached 2, free 4.
     wl = workload(("A", 0, 8, 2, [1, 2]), ("B", 0, 9, 1, [1, 2, 3]), ("C", 5000, 8, 1, [1, 2]))
     observed: list[tuple[int, int, int, int]] = []
-    original = CachingWorker.complete_step
+    original = Worker.complete_step
 
-    def complete_and_count(self: CachingWorker, step: Step) -> list[RequestState]:
+    def complete_and_count(self: Worker, step: Step) -> list[RequestState]:
         finished = original(self, step)
         # held counted from the holders' side, independently of the cache's counts
         held = len({block for state in self.running for block in state.blocks if block >= 0})
         held += sum(block == PRIVATE for state in self.running for block in state.blocks)
-        observed.append((held, len(self.cache.cached), self.cache.free, self.cache.held))
+        observed.append(
+            (held, len(cache_of(self).cached), cache_of(self).free, cache_of(self).held)
+        )
         return finished
 
-    with mock.patch.object(CachingWorker, "complete_step", complete_and_count):
+    with mock.patch.object(Worker, "complete_step", complete_and_count):
         result = run(scenario(6), wl)
     assert observed == [(2, 0, 4, 2), (0, 2, 4, 0), (0, 2, 4, 0)]
     assert all(held + cached + free == 6 for held, cached, free, _ in observed)
     assert in_use(result) == [5, 3, 2]
     assert times(result) == {"A": [1170, 2270], "B": [1170], "C": [6040]}
     assert [by_id(result)[i].reused_prompt_tokens for i in "ABC"] == [0, 0, 4]
-    assert list(cache_worker(result).cache.cached.values()) == [0, 2]
+    assert list(cache_of(cache_worker(result)).cached.values()) == [0, 2]
 
 
 def test_r45_without_a_cache_the_report_is_the_migrated_2_0_report(tmp_path: Path) -> None:
@@ -175,7 +187,7 @@ def test_r45_without_a_cache_the_report_is_the_migrated_2_0_report(tmp_path: Pat
     wl = workload(*(r for r in requests if r[2] > 0), hash_block_tokens=None)
     plain = run(scenario(None, chunk=3, max_batched_tokens=5), wl)
     roomy = run(scenario(100, chunk=3, max_batched_tokens=5, prefix_caching=False), wl)
-    assert [type(worker) for worker in plain.workers] == [Worker]
+    assert [type(worker.memory) for worker in plain.workers] == [UnlimitedMemory]
     assert times(plain) == times(roomy)
     assert [row[:5] for row in expanded_trace(plain.steps or [])] == [
         row[:5] for row in expanded_trace(roomy.steps or [])
@@ -322,10 +334,10 @@ def test_r49_eviction_takes_the_least_recently_released_block() -> None:
     assert worker.kv_counters is not None
     assert worker.kv_counters.evictions == 2
     assert [by_id(result)[i].reused_prompt_tokens for i in "ABCD"] == [0, 0, 0, 4]
-    assert list(worker.cache.cached.values()) == [3, 4, 5, 6]
+    assert list(cache_of(worker).cached.values()) == [3, 4, 5, 6]
     assert times(result) == {"A": [1080], "B": [11080], "C": [21040], "D": [31040]}
-    assert worker.cache.free == 0
-    assert worker.cache.held == 0
+    assert cache_of(worker).free == 0
+    assert cache_of(worker).held == 0
 
 
 def test_r49_the_most_recently_admitted_request_is_preempted() -> None:
@@ -481,7 +493,7 @@ def test_r52_cache_counters_add_up() -> None:
     result = run(scenario(5, chunk=4, max_batched_tokens=8, workers=2), wl)
     steps = result.steps or []
     for worker in result.workers:
-        assert isinstance(worker, CachingWorker)
+        assert isinstance(worker.memory, BlockMemory)
         assert worker.kv_counters is not None
         routed = [s for s in result.requests if s.worker == worker.index]
         counters = worker.kv_counters
@@ -521,7 +533,7 @@ def test_r53_hashes_change_nothing_with_prefix_caching_off() -> None:
 
 
 def _one_step_at_a_time(sc: Scenario, wl: Workload, trace: bool) -> SimulationResult:
-    with mock.patch.object(simulation, "decode_run_length", return_value=1):
+    with mock.patch.object(decode_runs, "decode_run_length", return_value=1):
         return run(sc, wl, trace=trace)
 
 
@@ -608,9 +620,9 @@ def tight_replays(draw: st.DrawFn) -> tuple[Scenario, Workload]:
     return sc, workload(*requests, hash_block_tokens=hash_block_tokens)
 
 
-def _check_cache(worker: CachingWorker) -> None:
+def _check_cache(worker: Worker) -> None:
     """R45, R46, R47: the cache agrees with its holders at every instant observed."""
-    cache = worker.cache
+    cache = cache_of(worker)
     assert cache.free >= 0
     assert 0 <= cache.held <= cache.blocks
     holders: dict[int, int] = {}
@@ -632,24 +644,24 @@ def _check_cache(worker: CachingWorker) -> None:
 
 
 def _checked_replay(sc: Scenario, wl: Workload) -> SimulationResult:
-    plan, complete = CachingWorker.plan_step, CachingWorker.complete_step
+    form, complete = Worker.form_step, Worker.complete_step
     formed = itertools.count(1)
     bound = 200 * sum(r.prompt_tokens + r.max_output_tokens for r in wl.requests)
 
-    def checked_plan(self: CachingWorker, *args: Any) -> Any:
-        formed_ = plan(self, *args)
+    def checked_plan(self: Worker, *args: Any) -> Any:
+        formed_ = form(self, *args)
         _check_cache(self)
         assert next(formed) <= bound, "liveness: the replay keeps forming steps"
         return formed_
 
-    def checked_complete(self: CachingWorker, step: Step) -> list[RequestState]:
+    def checked_complete(self: Worker, step: Step) -> list[RequestState]:
         finished = complete(self, step)
         _check_cache(self)
         return finished
 
     with (
-        mock.patch.object(CachingWorker, "plan_step", checked_plan),
-        mock.patch.object(CachingWorker, "complete_step", checked_complete),
+        mock.patch.object(Worker, "form_step", checked_plan),
+        mock.patch.object(Worker, "complete_step", checked_complete),
     ):
         return run(sc, wl)
 
@@ -679,7 +691,7 @@ def test_tight_caches_keep_every_invariant(case: tuple[Scenario, Workload]) -> N
         assert all(t > state.request.arrival_us for t in tokens)
         assert 0 <= state.reused_prompt_tokens <= max(0, state.request.prompt_tokens - 1)
     for worker in result.workers:
-        assert isinstance(worker, CachingWorker)
+        assert isinstance(worker.memory, BlockMemory)
         assert worker.kv_counters is not None
         assert worker.kv_counters.peak_blocks_in_use <= blocks
         assert not worker.running
@@ -701,17 +713,17 @@ def test_an_untraced_decode_run_evicts_cached_blocks_instead_of_stopping() -> No
     # takes 1 block for its prefill (free 1); its decode steps reach cached 5 (a second block,
     # the free one), 9 (a third: evicts A's block 1) and 13 (a fourth: evicts A's block 0).
     # Waiting is empty, so no eviction can admit anyone: B's 11 decode steps are one run
-    # (plan_step is called 3 times), with the same results as one step at a time.
+    # (form_step is called 3 times), with the same results as one step at a time.
     sc = scenario(4)
     wl = workload(("A", 0, 8, 1, [1, 2]), ("B", 5000, 4, 12))
     plans = itertools.count()
-    plan = CachingWorker.plan_step
+    form = Worker.form_step
 
-    def counted_plan(self: CachingWorker, *args: Any) -> Any:
+    def counted_plan(self: Worker, *args: Any) -> Any:
         next(plans)
-        return plan(self, *args)
+        return form(self, *args)
 
-    with mock.patch.object(CachingWorker, "plan_step", counted_plan):
+    with mock.patch.object(Worker, "form_step", counted_plan):
         result = run(sc, wl, trace=False)
     assert next(plans) == 3
     assert _outcome(result) == _outcome(_one_step_at_a_time(sc, wl, trace=False))
@@ -745,7 +757,7 @@ def test_a_decode_run_stops_before_an_eviction_that_could_admit_the_head() -> No
         result = run(sc, wl, trace=trace)
         assert by_id(result)["Hd"].first_scheduled_us == 14460
         assert by_id(result)["Hd"].reused_prompt_tokens == 0
-        assert cache_worker(result).cache.counters.evictions == 2
+        assert cache_of(cache_worker(result)).counters.evictions == 2
         assert _outcome(result) == _outcome(_one_step_at_a_time(sc, wl, trace=trace))
 
 

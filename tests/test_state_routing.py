@@ -31,9 +31,11 @@ from servesim.contract.model import (
     TimingProfile,
     Workload,
 )
-from servesim.engine import loop as simulation
+from servesim.engine import decode_runs
+from servesim.engine.block_memory import BlockMemory
+from servesim.engine.fleet_view import FleetView
 from servesim.engine.loop import SimulationResult, simulate
-from servesim.engine.worker import CachingWorker, RequestState
+from servesim.engine.requests import RequestState
 
 PROFILE = TimingProfile(SyntheticLinearTiming(1_000_000, 10_000, 100_000))
 
@@ -385,17 +387,17 @@ def test_state_aware_routing_is_the_same_with_and_without_decode_runs(
     weights: tuple[int, int],
 ) -> None:
     # The loop keeps a run of decode steps as one object and lets routers read the worker
-    # mid-run (run_keeps_router_view). Forming every step one at a time must route and time
+    # mid-run (decode_runs.keeps_router_view). Forming every step one at a time must route and time
     # every request the same; small caches make runs stop where a step would evict.
     wl = _shared_prefix_workload(requests)
     sc = scenario(policy, workers=workers, blocks=blocks, weights=weights)
     with_runs = simulate(sc, wl, PROFILE)
-    with mock.patch.object(simulation, "decode_run_length", _no_runs):
+    with mock.patch.object(decode_runs, "decode_run_length", _no_runs):
         one_by_one = simulate(sc, wl, PROFILE)
     assert _observed(with_runs) == _observed(one_by_one)
 
 
-def _every_worker(self: simulation.FleetView) -> range:
+def _every_worker(self: FleetView) -> range:
     return range(self.size)
 
 
@@ -413,12 +415,12 @@ def test_cache_aware_weighing_candidates_routes_as_weighing_every_worker(
     weights: tuple[int, int],
 ) -> None:
     # CacheAwareRouter weighs only the workers where the request's block 0 was ever
-    # registered (worker.FirstBlocks) and the least loaded; told that every worker may have
+    # registered (fleet_view.FirstBlocks) and the least loaded; told that every worker may have
     # cached blocks, it weighs them all, as R56 reads. Small caches evict registered blocks.
     wl = _shared_prefix_workload(requests)
     sc = scenario("cache_aware", workers=workers, blocks=blocks, weights=weights)
     weighed = simulate(sc, wl, PROFILE)
-    with mock.patch.object(simulation.FleetView, "may_have_cached", _every_worker):
+    with mock.patch.object(FleetView, "may_have_cached", _every_worker):
         scanned = simulate(sc, wl, PROFILE)
     assert _observed(weighed) == _observed(scanned)
 
@@ -430,23 +432,23 @@ EVICTING_RUN = workload(("a", 0, 8, 1, [1, 2]), ("b", 2000, 4, 12))
 
 
 def test_a_decode_run_stops_where_a_step_would_evict() -> None:
-    # If CachingWorker.run_limit ever let a run evict, the loop's run_keeps_router_view
+    # If decode_runs.block_run_limit ever let a run evict, the loop's keeps_router_view
     # check would stop this replay: a state-aware router could read a stale registry mid-run.
     result = simulate(scenario("least_loaded", workers=1, blocks=4), EVICTING_RUN, PROFILE)
     worker = result.workers[0]
-    assert isinstance(worker, CachingWorker)
+    assert isinstance(worker.memory, BlockMemory)
     assert worker.kv_counters is not None
     assert worker.kv_counters.evictions == 2  # all while b decodes: 4 + 11 tokens, 4 blocks
     assert len(by_id(result)["b"].token_times_us) == 12
 
 
-def test_run_keeps_router_view_rejects_a_run_that_evicts() -> None:
-    # A run_limit that ignores the free blocks makes b's decode run evict: the check fires.
-    def unlimited(self: CachingWorker, step: object, traced: bool) -> int:
+def test_keeps_router_view_rejects_a_run_that_evicts() -> None:
+    # A run limit that ignores the free blocks makes b's decode run evict: the check fires.
+    def unlimited(*_: object) -> int:
         return 1 << 30
 
     with (
-        mock.patch.object(CachingWorker, "run_limit", unlimited),
-        pytest.raises(AssertionError, match="run_keeps_router_view"),
+        mock.patch.object(decode_runs, "block_run_limit", unlimited),
+        pytest.raises(AssertionError, match="keeps_router_view"),
     ):
         simulate(scenario("least_loaded", workers=1, blocks=4), EVICTING_RUN, PROFILE)

@@ -298,7 +298,7 @@ class GridTiming:
         """The largest context up to which ``shape``'s D and P last as long as ``shape`` does.
 
         Every context from ``shape.context_tokens`` to the result (inclusive) gives the same
-        duration, so a decode run (``servesim.engine.worker.measured_decode_run``) times a whole
+        duration, so a decode run (``engine.decode_runs.measured_decode_run``) times a whole
         stretch
         of its steps at once. Within one cell of the context axis the duration changes only when
         one of R41's rounded distances along context does (``rounding_extent``); a context on a

@@ -1,6 +1,6 @@
 """A request's token times, stored as arithmetic progressions instead of one integer each.
 
-A run of identical decode steps (``servesim.engine.worker.decode_run_length``) gives each decoding
+A run of identical decode steps (``servesim.engine.decode_runs``) gives each decoding
 request tokens at ``start + d, start + 2d, ...``; keeping that as one segment makes memory grow
 with the number of runs, not the number of tokens, so million-request replays fit in memory.
 """
@@ -62,7 +62,7 @@ class TokenTimes:
         """Tokens at the times of ``segments``, consecutive progressions all later than the last
         token so far: the first segment may continue the last one, the rest are appended.
 
-        A measured run's steps (``servesim.engine.worker.measured_decode_run``) come as such
+        A measured run's steps (``servesim.engine.decode_runs.measured_decode_run``) come as such
         segments,
         one per stretch of equal durations, shared by all its decoding requests.
         """

@@ -19,8 +19,10 @@ from servesim.contract.tpot import tpot_statistics
 from servesim.engine.admission import REJECT_REASONS
 from servesim.engine.kv_cache import KvCacheCounters
 from servesim.engine.loop import SimulationResult
+from servesim.engine.requests import RequestState
+from servesim.engine.step import Step
 from servesim.engine.step_ends import StepEndItems, slicing_pays
-from servesim.engine.worker import RequestState, Step, Worker
+from servesim.engine.worker import Worker
 
 
 def ratio(numerator: int, denominator: int) -> float | None:

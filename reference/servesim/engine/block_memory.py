@@ -1,0 +1,178 @@
+"""A worker's memory of blocks: its ``BlockCache`` and the bookkeeping around it (SPEC.md
+R45 to R52, R54).
+
+Formation (``servesim.engine.formation``) asks it for blocks (``grow``, ``admit``), which it
+takes by R49's rule, evicting cached blocks; the worker tells it of preemptions (``release``)
+and step ends (``step_ended``: R51's registrations, then releases). It finds a request's
+identities (R47) and hit (R48), and answers a state-aware router's questions (R54). Which
+request runs, and who is preempted, is not its business.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim.contract.model import KvCache
+from servesim.engine.kv_cache import (
+    NO_IDENTITIES,
+    BlockCache,
+    BlockIdentities,
+    HashPrefixes,
+    KvCacheCounters,
+    block_identities,
+)
+
+if TYPE_CHECKING:
+    from servesim.engine.fleet_view import FirstBlocks
+    from servesim.engine.requests import RequestState
+    from servesim.engine.step import Step
+
+
+class BlockMemory:
+    """One worker's KV cache (``memory.Memory`` with ``kv_cache``)."""
+
+    __slots__ = (
+        "_offer",
+        "cache",
+        "counters",
+        "first_blocks",
+        "hash_block_tokens",
+        "prefixes",
+        "registry_watched",
+        "worker",
+    )
+
+    unlimited = False
+
+    def __init__(
+        self,
+        worker: int,
+        kv_cache: KvCache,
+        hash_block_tokens: int | None,
+        prefixes: HashPrefixes,
+        first_blocks: FirstBlocks,
+        *,
+        registry_watched: bool = False,
+    ) -> None:
+        self.worker = worker
+        self.first_blocks = first_blocks
+        """R54: the fleet's index of where each first block was registered (shared)."""
+        self.counters = KvCacheCounters()
+        # R47: with prefix caching off (or no hashes at all) no block is identified
+        self.hash_block_tokens = hash_block_tokens if kv_cache.prefix_caching else None
+        per_hash = (hash_block_tokens or kv_cache.block_tokens) // kv_cache.block_tokens
+        self.cache = BlockCache(kv_cache.blocks, kv_cache.block_tokens, self.counters, per_hash)
+        self.prefixes = prefixes
+        self.registry_watched = registry_watched
+        """Whether a state-aware router reads this worker's registry (R54, prefix caching on):
+        then a decode run must not evict, for the router may read it mid-run
+        (``decode_runs.keeps_router_view``)."""
+        self._offer: tuple[RequestState, BlockIdentities, int, int] | None = None
+        """The request offered admission last (``reusable``): its identities, hit blocks and
+        how many of those are cached (held by nobody)."""
+
+    def identities(self, state: RequestState) -> BlockIdentities:
+        """R47: the request's identified blocks, found once."""
+        if state.identities is None:
+            state.identities = NO_IDENTITIES
+            if self.hash_block_tokens is not None and state.request.prefix_hashes:
+                state.identities = block_identities(
+                    state.request, self.cache.block_tokens, self.hash_block_tokens, self.prefixes
+                )
+        return state.identities
+
+    def prompt_blocks(self, state: RequestState) -> int:
+        """R54: ``ceil(prompt_tokens / B)``."""
+        return self.cache.blocks_for(state.request.prompt_tokens)
+
+    def cached_blocks(self, state: RequestState) -> int:
+        """R54: ``cached(w, r)``, read from the registry as it is now: r's blocks 0, 1, ...
+        identified and registered here, as far as they all are. Its identities are its full
+        prompt blocks only, so that is at most ``floor(prompt_tokens / B)`` (not R48's cap)."""
+        identities = self.identities(state)
+        return self.cache.hit(identities, len(identities))[0]
+
+    def grow(self, state: RequestState, tokens: int) -> bool:
+        """R46, R49: ``tokens`` more cached tokens, with the blocks they need if obtainable."""
+        cache = self.cache
+        needed = cache.blocks_for(state.cached_tokens + tokens) - state.blocks.count
+        if needed:  # most decode steps stay inside the request's last block
+            if needed > cache.obtainable():
+                return False
+            cache.take(state.blocks, needed)
+        state.cached_tokens += tokens
+        return True
+
+    def release(self, state: RequestState) -> None:
+        """R49 action 1 and 2: its blocks released (R46), its cached tokens lost."""
+        self.cache.release(state.blocks)
+        state.cached_tokens = 0
+
+    def reusable(self, state: RequestState, target: int) -> int:
+        """R48: ``h * B``, h its registered identified blocks 0 to h - 1, at most
+        ``floor((L - 1) / B)``: at least one token is computed."""
+        cache = self.cache
+        identities = self.identities(state)
+        hit, cached_hits = cache.hit(identities, (target - 1) // cache.block_tokens)
+        self._offer = (state, identities, hit, cached_hits)
+        return hit * cache.block_tokens
+
+    def refusal(self, state: RequestState, cached: int) -> int:
+        """R50 step 3: it needs ``ceil(cached / B) - h`` new blocks, and can have them when
+        that is at most ``free`` plus the cached blocks other than its own hit blocks."""
+        _, hit, cached_hits = self._offered(state)
+        cache = self.cache
+        needed = cache.blocks_for(cached) - hit
+        return needed if needed > cache.free + cache.cached_count - cached_hits else 0
+
+    def admit(self, state: RequestState, cached: int) -> None:
+        """R48, R50 step 3: its hit blocks first, so that no eviction takes one of them."""
+        identities, hit, _ = self._offered(state)
+        self._offer = None
+        cache = self.cache
+        state.blocks.identities = identities
+        cache.hold(state.blocks, hit)
+        cache.take(state.blocks, cache.blocks_for(cached) - hit)
+        state.cached_tokens = cached
+        self.counters.reused_tokens += hit * cache.block_tokens
+
+    def _offered(self, state: RequestState) -> tuple[BlockIdentities, int, int]:
+        offer = self._offer
+        assert offer is not None, "reusable: no request was offered admission"
+        assert offer[0] is state, "reusable: another request was offered admission"
+        return offer[1:]
+
+    def formed(self, step: Step, preempted: list[RequestState]) -> None:
+        """R52: the step's blocks in use once formed, and its victims."""
+        step.kv_blocks_in_use = self.cache.held
+        if preempted:
+            step.preempted = [state.request.id for state in preempted]
+        counters = self.counters
+        counters.peak_blocks_in_use = max(counters.peak_blocks_in_use, step.kv_blocks_in_use)
+
+    def take_run_blocks(self, step: Step) -> None:
+        """R46: each of the run's later steps gave every decoding request one more cached
+        token; the blocks they needed are taken now, all at once (as ``block_run_limit``
+        allowed: free ones, or cached ones evicted in release order, never a preemption)."""
+        cache = self.cache
+        for state in step.decode:
+            cached = state.cached_tokens + step.repeat - 1
+            needed = cache.blocks_for(cached) - state.blocks.count
+            assert needed <= cache.obtainable(), "block_run_limit: a run preempts nobody"
+            cache.take(state.blocks, needed)
+            state.cached_tokens = cached
+        counters = self.counters
+        counters.peak_blocks_in_use = max(counters.peak_blocks_in_use, cache.held)
+
+    def step_ended(self, step: Step, finished: list[RequestState]) -> None:
+        """R51: the step's registrations, then the completed requests' releases, each in
+        running order (the prefill list is R18's, then R19's)."""
+        cache = self.cache
+        for state, tokens in step.prefill:
+            if state.identities:
+                cached = state.cached_tokens
+                cache.register(state.blocks, cached - tokens, cached)
+                if cached - tokens < cache.block_tokens <= cached:  # it filled its block 0
+                    self.first_blocks.filled(state.identities[0], self.worker)
+        for state in finished:
+            cache.release(state.blocks)

@@ -1,0 +1,154 @@
+"""vLLM's step formation (SPEC.md R17 to R19; with a KV cache R48 to R50).
+
+Decode first, then the running prefills, then admission from the head of the queue, no
+skipping; with a cache each request takes the blocks its step needs (R46), and when they are
+not there the latest-admitted request not yet served is preempted (R49); a step that preempted
+admits nobody (as vLLM v1). Without a cache (``memory.unlimited``) R50's additions change
+nothing, and they are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from servesim.contract.model import SchedulerLimits
+from servesim.engine.formation.batch import Batch
+from servesim.engine.requests import RequestState
+
+if TYPE_CHECKING:
+    from servesim.engine.worker import Worker
+
+
+def allotment(remaining: int, budget: int, limits: SchedulerLimits, recomputing: bool) -> int:
+    """R19, R50: the tokens one request may prefill (or recompute) in this step (0: none).
+
+    Whole prefill is all or nothing, except that with a cache a request recomputing after a
+    preemption is allotted ``min(remaining, budget)`` (its prompt plus produced tokens may
+    exceed the budget that R10 checked its prompt against); a chunk is the smallest of what is
+    left, the chunk cap and the step's remaining token budget.
+    """
+    chunk = limits.max_chunk_tokens
+    if chunk is None:  # whole prefill
+        if recomputing:
+            return min(remaining, budget)
+        return remaining if remaining <= budget else 0
+    return min(remaining, chunk, budget)
+
+
+class VllmFormation:
+    """R17 to R19, with R50's additions: ``formation.Formation`` for vLLM."""
+
+    __slots__ = ("limits",)
+
+    def __init__(self, limits: SchedulerLimits) -> None:
+        self.limits = limits
+
+    def form(self, worker: Worker, now_us: int) -> Batch:
+        """R50's three parts in order: decode, running prefills, admission."""
+        served: set[RequestState] = set()  # R49: given a decode token or an allotment
+        running = worker.running
+        if worker.memory.unlimited:  # R17: every Decode request, in running order
+            decode = [state for state in running if state.decoding]
+        else:  # R50 1.: each needs the blocks for one more cached token
+            running = list(running)  # the running order before anyone is preempted
+            grow = worker.memory.grow
+            decode = []
+            for state in running:  # one preempted by a request before it no longer decodes
+                if state.decoding and (grow(state, 1) or self._make_room(worker, state, 1, served)):
+                    served.add(state)
+                    decode.append(state)
+        budget = self.limits.max_batched_tokens - len(decode)
+        prefill: list[tuple[RequestState, int]] = []
+        # R18: with whole prefill, or when every running request decodes, there are none
+        if len(decode) < len(running):
+            budget = self._running_prefills(worker, running, budget, prefill, served)
+        if worker.waiting and not worker.preempted:  # R50 3.: only if nobody was preempted
+            self._admit(worker, now_us, budget, prefill)
+        return decode, prefill
+
+    def _running_prefills(
+        self,
+        worker: Worker,
+        running: list[RequestState],
+        budget: int,
+        prefill: list[tuple[RequestState, int]],
+        served: set[RequestState],
+    ) -> int:
+        """R18, R50 2.: each running Prefill request, in running order (``running``, as the
+        step began), while the budget lasts, unless it was preempted; the budget left."""
+        limits = self.limits
+        unlimited = worker.memory.unlimited
+        grow = worker.memory.grow
+        preempted = worker.preempted
+        # Those in Decode now were all served in part 1 (one not served was preempted, and
+        # lost its progress), so none of them can be a victim here: which requests prefill
+        # is known before the first allotment.
+        for state in [state for state in running if not state.decoding]:
+            if budget == 0:
+                break
+            if state in preempted:  # by a request before it in part 1, or here
+                continue
+            tokens = allotment(
+                state.prefill_target - state.prefilled, budget, limits, state.preemptions > 0
+            )
+            if unlimited or grow(state, tokens) or self._make_room(worker, state, tokens, served):
+                served.add(state)
+                prefill.append((state, tokens))
+                budget -= tokens
+        return budget
+
+    def _admit(
+        self, worker: Worker, now_us: int, budget: int, prefill: list[tuple[RequestState, int]]
+    ) -> None:
+        """R19, R50 3.: the head of the queue, while it can have its allotment and the blocks
+        for it (beyond its reuse, R48); no skipping, no preemption for a waiting request."""
+        limits = self.limits
+        memory = worker.memory
+        waiting, running = worker.waiting, worker.running
+        while waiting and budget > 0 and len(running) < limits.max_num_seqs:
+            head = waiting[0]
+            target = head.request.prompt_tokens + head.token_times_us.count  # R48's L
+            reused = memory.reusable(head, target)
+            tokens = allotment(target - reused, budget, limits, head.preemptions > 0)
+            if tokens == 0:
+                break
+            refused = memory.refusal(head, reused + tokens)
+            if refused:
+                worker.refused_blocks = refused
+                break
+            waiting.popleft()
+            memory.admit(head, reused + tokens)
+            head.prefill_target = target
+            head.prefilled = reused
+            if head.first_scheduled_us is None:  # R49: a readmission keeps the first one
+                head.first_scheduled_us = now_us
+                head.reused_prompt_tokens = reused
+            running.append(head)
+            prefill.append((head, tokens))
+            budget -= tokens
+
+    def _make_room(
+        self, worker: Worker, state: RequestState, tokens: int, served: set[RequestState]
+    ) -> bool:
+        """R49: the blocks for ``tokens`` more cached tokens of ``state`` are not there:
+        preempt until it can have them (then it takes them), or until it is itself the
+        victim (False)."""
+        memory = worker.memory
+        while True:
+            victim = _victim(worker.running, state, served)
+            worker.preempt(victim)
+            if victim is state:
+                return False
+            if memory.grow(state, tokens):
+                return True
+
+
+def _victim(
+    running: list[RequestState], requester: RequestState, served: set[RequestState]
+) -> RequestState:
+    """R49: the running request latest in the running list not yet given anything in this
+    step, other than the requester; the requester itself when none remains."""
+    for state in reversed(running):
+        if state is not requester and state not in served:
+            return state
+    return requester

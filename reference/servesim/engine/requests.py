@@ -1,0 +1,64 @@
+"""What the simulation learns about one request as it goes (SPEC.md R9, R20, R46 to R49, R62).
+
+A ``RequestState`` is data: the formation policy moves it between a worker's queues, the worker
+applies its steps (R20), the worker's memory gives it blocks (R46), and the report reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servesim.contract.model import Request
+from servesim.engine.kv_cache import BlockIdentities, HeldBlocks
+from servesim.engine.token_times import TokenTimes
+
+
+@dataclass(slots=True, eq=False)
+class RequestState:
+    """Everything the simulation learns about one request, accepted or rejected."""
+
+    request: Request
+    position: int
+    """The request's index in the workload document."""
+    arrival_us: int | None = None
+    """When it arrived (R26, R60): its ``arrival_us``, or later for a released turn or unit
+    (R59, R61); ``None`` until it arrives, and for good if a stop time comes first (R62)."""
+    worker: int | None = None
+    reject_reason: str | None = None
+    prefilled: int = 0
+    """Tokens of ``prefill_target`` computed so far (R20), or reused (R48); only ``prefill``
+    and admission with a cache set it."""
+    prefill_target: int = field(init=False)
+    """The tokens to compute before the request decodes: its ``prompt_tokens``, or with a cache
+    after a preemption also the tokens it produced before (R48's L)."""
+    decoding: bool = False
+    """Whether the request is in the Decode phase: its whole prompt is prefilled (R9). Kept by
+    ``prefill`` rather than computed, since every step asks it of every running request."""
+    first_scheduled_us: int | None = None
+    token_times_us: TokenTimes = field(default_factory=TokenTimes)
+    """When each output token was produced; its length is the number generated so far."""
+    terminal_us: int | None = None
+    cut_off: bool = False
+    """R62: whether the stop time ended it (its ``terminal_us`` is then the stop time)."""
+    reused_prompt_tokens: int = 0
+    """R48, R52: the tokens reused at its first admission (0 without a cache)."""
+    preemptions: int = 0
+    """R49, R52: how many times it was preempted."""
+    cached_tokens: int = 0
+    """R46: the tokens whose keys and values it has in the cache (with a cache only)."""
+    blocks: HeldBlocks = field(default_factory=HeldBlocks)
+    """R46: the blocks it holds while running, ``ceil(cached_tokens / B)`` of them."""
+    identities: BlockIdentities | None = None
+    """R47: its identified blocks' identities, found when first needed with a cache (at its
+    routing by a state-aware policy, R54, or else at its first admission)."""
+    cached_blocks_at_routing: int | None = None
+    """R54, R57: cached(w, r) at the worker it joined, when a state-aware policy routed it
+    with prefix caching on."""
+
+    def __post_init__(self) -> None:
+        self.prefill_target = self.request.prompt_tokens
+
+    def prefill(self, tokens: int) -> None:
+        """R20, R51: ``tokens`` more tokens were prefilled (or recomputed)."""
+        self.prefilled += tokens
+        self.decoding = self.prefilled == self.prefill_target
