@@ -37,7 +37,7 @@ from servesim.contract.model import (
     Workload,
 )
 from servesim.engine import loop as simulation
-from servesim.engine.kv_cache import PRIVATE
+from servesim.engine.kv.held import PRIVATE
 from servesim.engine.loop import SimulationResult, simulate
 from servesim.engine.worker import CachingWorker, RequestState, Step, Worker
 from tests.helpers import as_report_2_0, scenario_doc, timing_doc, workload_doc, write_inputs

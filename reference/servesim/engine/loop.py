@@ -19,7 +19,7 @@ from servesim.contract.errors import OutOfCoverage, UnrepresentableArrival, Unre
 from servesim.contract.model import Scenario, Slo, SyntheticLinearTiming, TimingProfile, Workload
 from servesim.engine.admission import rejection_reason
 from servesim.engine.arrivals import Arrivals, Release
-from servesim.engine.kv_cache import HashPrefixes
+from servesim.engine.kv.identities import HashPrefixes
 from servesim.engine.routing import make_router
 from servesim.engine.worker import (
     CachingWorker,

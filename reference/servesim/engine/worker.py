@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from servesim.contract.model import KvCache, MeasuredTiming, Request, SchedulerLimits, StepShape
-from servesim.engine.kv_cache import (
+from servesim.engine.kv.cache import BlockCache
+from servesim.engine.kv.counters import KvCacheCounters
+from servesim.engine.kv.held import HeldBlocks
+from servesim.engine.kv.identities import (
     NO_IDENTITIES,
-    BlockCache,
     BlockIdentities,
     HashPrefixes,
-    HeldBlocks,
     Identity,
-    KvCacheCounters,
     block_identities,
 )
 from servesim.engine.step_ends import slicing_pays
