@@ -38,7 +38,8 @@ from servesim.contract.model import (
 )
 from servesim.engine import decode_runs
 from servesim.engine.block_memory import BlockMemory
-from servesim.engine.kv_cache import PRIVATE, BlockCache
+from servesim.engine.kv.cache import BlockCache
+from servesim.engine.kv.held import PRIVATE
 from servesim.engine.loop import SimulationResult, simulate
 from servesim.engine.memory import UnlimitedMemory
 from servesim.engine.requests import RequestState

@@ -5,15 +5,10 @@ registered again, duplicates mixed into a run) give what the rules say, block by
 from __future__ import annotations
 
 from servesim.contract.model import Request
-from servesim.engine.kv_cache import (
-    PRIVATE,
-    BlockCache,
-    BlockIdentities,
-    HashPrefixes,
-    HeldBlocks,
-    KvCacheCounters,
-    block_identities,
-)
+from servesim.engine.kv.cache import BlockCache
+from servesim.engine.kv.counters import KvCacheCounters
+from servesim.engine.kv.held import PRIVATE, HeldBlocks
+from servesim.engine.kv.identities import BlockIdentities, HashPrefixes, block_identities
 
 
 def cache(blocks: int) -> BlockCache:

@@ -144,7 +144,7 @@ def test_r52_the_cache_members_are_written_from_the_counters_in_canonical_order(
     """The byte templates put R52's members where RFC 8785 orders them, with the values the
     simulation's counters hold; the summary adds them up as R52 says."""
     from servesim.contract.canonical import canonical_bytes
-    from servesim.engine.kv_cache import KvCacheCounters
+    from servesim.engine.kv.counters import KvCacheCounters
 
     result = _simulated(trace=True)
     result.workers[0].kv_counters = KvCacheCounters(7, 32, 1, 4)

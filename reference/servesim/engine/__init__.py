@@ -4,7 +4,7 @@ The event loop and its handlers, one per kind of event (``loop``); arrivals and 
 them (``arrivals``); admission at arrival (``admission``); routing (``routing``) and what a
 router sees (``fleet_view``); a worker's queues and counters (``worker``), the requests and
 steps it holds (``requests``, ``step``); how it forms a step, one module per style
-(``formation``); its KV memory (``memory``, ``block_memory`` on ``kv_cache``); runs of
+(``formation``); its KV memory (``memory``, ``block_memory`` on the block cache of ``kv``); runs of
 identical decode steps (``decode_runs``); and the bookkeeping of token times (``token_times``,
 ``step_ends``).
 

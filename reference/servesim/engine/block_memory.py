@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from servesim.contract.model import KvCache
-from servesim.engine.kv_cache import (
+from servesim.engine.kv.cache import BlockCache
+from servesim.engine.kv.counters import KvCacheCounters
+from servesim.engine.kv.identities import (
     NO_IDENTITIES,
-    BlockCache,
     BlockIdentities,
     HashPrefixes,
-    KvCacheCounters,
     block_identities,
 )
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class BlockMemory:
-    """One worker's KV cache (``memory.Memory`` with ``kv_cache``)."""
+    """One worker's KV cache (``memory.Memory`` on ``kv.cache.BlockCache``)."""
 
     __slots__ = (
         "_offer",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
-from servesim.engine.kv_cache import Identity
+from servesim.engine.kv.identities import Identity
 
 if TYPE_CHECKING:
     from servesim.engine.requests import RequestState

@@ -26,7 +26,7 @@ from servesim.engine.block_memory import BlockMemory
 from servesim.engine.decode_runs import keeps_router_view, plan_run
 from servesim.engine.fleet_view import FirstBlocks, FleetView
 from servesim.engine.formation import make_formation
-from servesim.engine.kv_cache import HashPrefixes
+from servesim.engine.kv.identities import HashPrefixes
 from servesim.engine.memory import Memory, UnlimitedMemory
 from servesim.engine.requests import RequestState
 from servesim.engine.routing import make_router

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from servesim.engine.kv_cache import NO_IDENTITIES, BlockIdentities, KvCacheCounters
+from servesim.engine.kv.counters import KvCacheCounters
+from servesim.engine.kv.identities import NO_IDENTITIES, BlockIdentities
 
 if TYPE_CHECKING:
     from servesim.engine.requests import RequestState

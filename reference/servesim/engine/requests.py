@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servesim.contract.model import Request
-from servesim.engine.kv_cache import BlockIdentities, HeldBlocks
+from servesim.engine.kv.held import HeldBlocks
+from servesim.engine.kv.identities import BlockIdentities
 from servesim.engine.token_times import TokenTimes
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import TYPE_CHECKING
 
-from servesim.engine.kv_cache import KvCacheCounters
+from servesim.engine.kv.counters import KvCacheCounters
 from servesim.engine.memory import Memory
 from servesim.engine.requests import RequestState
 from servesim.engine.step import Step

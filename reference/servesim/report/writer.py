@@ -17,7 +17,7 @@ from servesim.contract.model import Slo
 from servesim.contract.nearest_rank import ranked_statistics
 from servesim.contract.tpot import tpot_statistics
 from servesim.engine.admission import REJECT_REASONS
-from servesim.engine.kv_cache import KvCacheCounters
+from servesim.engine.kv.counters import KvCacheCounters
 from servesim.engine.loop import SimulationResult
 from servesim.engine.requests import RequestState
 from servesim.engine.step import Step
