@@ -56,6 +56,7 @@ GENERATED = {
     "conformance/adapters/dynamo/MOONCAKE.md",
     "conformance/adapters/dynamo/MOONCAKE-KV.md",
     "conformance/adapters/dynamo/MOONCAKE-KV-4096.md",
+    "conformance/adapters/dynamo/SESSIONS.md",
     "docs/matrix/index.html",
     *(f"docs/matrix/{path.name}" for path in MATRIX_REPORTS),
 }
