@@ -52,6 +52,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -434,8 +435,16 @@ def main(argv: list[str] | None = None) -> int:
         help="pre-screen limit in seconds, about 1 s unmutated (default 30; conform: 10x)",
     )
     parser.add_argument("--list", action="store_true", help="print the mutant ids and stop")
+    parser.add_argument(
+        "--resummarise",
+        action="store_true",
+        help="judge nothing: rewrite the summary in --output with today's equivalent list",
+    )
     parser.add_argument("--output", type=Path, default=Path("mutation-results"), help="folder")
     arguments = parser.parse_args(argv)
+    if arguments.resummarise:
+        print(resummarise(arguments.output))
+        return 0
 
     paths = engine_modules() if not arguments.modules else [_path(m) for m in arguments.modules]
     equivalent = load_equivalent()
@@ -493,18 +502,34 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic() - started
     order = {mutant.id: index for index, (mutant, _) in enumerate(chosen)}
     results.sort(key=lambda result: order[result.id])
-    arguments.output.mkdir(parents=True, exist_ok=True)
-    summary = _summary(results, totals, arguments.sample, arguments.seed, wall)
-    (arguments.output / "summary.md").write_text(summary)
-    (arguments.output / "results.json").write_text(
-        json.dumps([dataclasses.asdict(r) for r in results], indent=2) + "\n"
-    )
-    (arguments.output / "survivors.json").write_text(
-        json.dumps([dataclasses.asdict(r) for r in results if r.status == "survived"], indent=2)
-        + "\n"
-    )
-    print(summary)
+    run = {"sample": arguments.sample, "seed": arguments.seed, "wall_s": round(wall, 1)}
+    print(_write(arguments.output, results, {**run, "totals": totals}))
     return 0
+
+
+def _write(output: Path, results: list[Result], run: dict[str, Any]) -> str:
+    """Write ``run.json``, ``results.json``, ``survivors.json`` and ``summary.md``."""
+    output.mkdir(parents=True, exist_ok=True)
+    summary = _summary(results, run["totals"], run["sample"], run["seed"], run["wall_s"])
+    (output / "summary.md").write_text(summary)
+    (output / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+    for name, chosen in (
+        ("results.json", results),
+        ("survivors.json", [r for r in results if r.status == "survived"]),
+    ):
+        (output / name).write_text(json.dumps([dataclasses.asdict(r) for r in chosen], indent=2))
+    return summary
+
+
+def resummarise(output: Path) -> str:
+    """Rewrite a run's summary with today's equivalent list: a survivor the list now explains
+    counts as equivalent (judged already; the list only says why it survives)."""
+    equivalent = load_equivalent()
+    results = [Result(**entry) for entry in json.loads((output / "results.json").read_text())]
+    for result in results:
+        if result.status == "survived" and result.id in equivalent:
+            result.status, result.judge, result.detail = "equivalent", "list", equivalent[result.id]
+    return _write(output, results, json.loads((output / "run.json").read_text()))
 
 
 def _path(module: str) -> Path:
