@@ -412,6 +412,10 @@ def _summary(
     survivors = [r for r in results if r.status == "survived"]
     if survivors:
         lines += ["", "## Survivors", ""] + [f"- `{r.id}`" for r in survivors]
+    stale = [r for r in results if r.detail.startswith("STALE")]
+    if stale:
+        lines += ["", "## Stale entries of equivalent.json (killed)", ""]
+        lines += [f"- `{r.id}`: {r.detail}" for r in stale]
     return "\n".join(lines) + "\n"
 
 
@@ -435,6 +439,11 @@ def main(argv: list[str] | None = None) -> int:
         help="pre-screen limit in seconds, about 1 s unmutated (default 30; conform: 10x)",
     )
     parser.add_argument("--list", action="store_true", help="print the mutant ids and stop")
+    parser.add_argument(
+        "--recheck-equivalent",
+        action="store_true",
+        help="judge the mutants equivalent.json lists too, and flag any that is killed (STALE)",
+    )
     parser.add_argument(
         "--resummarise",
         action="store_true",
@@ -465,12 +474,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     started = time.monotonic()
+    listed = {} if arguments.recheck_equivalent else equivalent
     results: list[Result] = [
         Result(m.id, m.module, "equivalent", "list", equivalent[m.id], 0.0)
         for m, _ in chosen
-        if m.id in equivalent
+        if m.id in listed
     ]
-    todo = [(m, p) for m, p in chosen if m.id not in equivalent]
+    todo = [(m, p) for m, p in chosen if m.id not in listed]
     copies = [_worker_copy() for _ in range(arguments.jobs)]
     free = list(copies)
     _baseline(copies[0], arguments.timeout)
@@ -500,6 +510,12 @@ def main(argv: list[str] | None = None) -> int:
         for copy in copies:
             shutil.rmtree(copy.parent, ignore_errors=True)
     wall = time.monotonic() - started
+    for result in results:
+        if result.judge != "list" and result.id in equivalent:
+            if result.status == "survived":  # rechecked: it still survives, for the listed reason
+                result.status, result.detail = "equivalent", equivalent[result.id]
+            else:
+                result.detail = f"STALE: listed as equivalent but {result.status}; {result.detail}"
     order = {mutant.id: index for index, (mutant, _) in enumerate(chosen)}
     results.sort(key=lambda result: order[result.id])
     run = {"sample": arguments.sample, "seed": arguments.seed, "wall_s": round(wall, 1)}
