@@ -305,14 +305,7 @@ def _judge(mutant: Mutant, path: Path, copy: Path, timeout: float) -> Result:
 
     try:
         try:
-            screen = subprocess.run(
-                [sys.executable, str(HERE / "prescreen.py")],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
+            screen = _prescreen(env, timeout)
         except subprocess.TimeoutExpired:
             return result("timeout", "prescreen", f"past {timeout:g} s")
         if screen.returncode != 0:
@@ -360,10 +353,9 @@ def _worker_copy() -> Path:
     return copy
 
 
-def _baseline(copy: Path, timeout: float) -> None:
-    """The unmutated copy must pass the pre-screen, or every mutant would count as killed."""
-    env = {**os.environ, "PYTHONPATH": _pythonpath(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-    run = subprocess.run(
+def _prescreen(env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """One run of ``prescreen.py`` (every case in one process) under ``env``'s PYTHONPATH."""
+    return subprocess.run(
         [sys.executable, str(HERE / "prescreen.py")],
         env=env,
         capture_output=True,
@@ -371,6 +363,12 @@ def _baseline(copy: Path, timeout: float) -> None:
         timeout=timeout,
         check=False,
     )
+
+
+def _baseline(copy: Path, timeout: float) -> None:
+    """The unmutated copy must pass the pre-screen, or every mutant would count as killed."""
+    env = {**os.environ, "PYTHONPATH": _pythonpath(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    run = _prescreen(env, timeout)
     if run.returncode != 0:
         raise SystemExit(f"the unmutated reference fails the pre-screen: {run.stdout}{run.stderr}")
 
