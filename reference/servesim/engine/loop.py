@@ -294,12 +294,11 @@ class EventLoop:
 
     def _request_scheduling(self, worker: Worker, now_us: int) -> None:
         """R16: an idle worker with work schedules at the current instant, once."""
+        # R16's "has work": a request running or waiting, read here once per event
         if (
             worker.in_flight is None
             and not worker.schedule_pending
-            and (
-                worker.running or worker.waiting  # Worker.has_work, inline: once per event
-            )
+            and (worker.running or worker.waiting)
         ):
             worker.schedule_pending = True
             heapq.heappush(self.queue, (now_us, SCHEDULING, worker.index, worker.index))

@@ -80,9 +80,8 @@ class Worker:
         self.output_tokens = 0
         self.step_ends: TokenTimes | None = TokenTimes()
         """When each of its steps ended, in order: the report writes its requests' token times
-        as slices of these (``servesim.engine.step_ends``); ``None`` once it is clear that too few
-        of
-        its requests decode together for that to pay (``_keep_step_ends``)."""
+        as slices of these (``servesim.engine.step_ends``); ``None`` once it is clear that too
+        few of its requests decode together for that to pay (``_keep_step_ends``)."""
         self.itl_gaps: Counter[int] = Counter()
         """R27's ITL samples of the tokens this worker produced, gap -> how many, counted as
         they are produced (``complete_step``): the report counts only completed requests'
@@ -108,10 +107,6 @@ class Worker:
         self.outstanding += 1  # R54: counted from its routing until it completes
         self.load_blocks += self.memory.prompt_blocks(state)
         self.peak_waiting = max(self.peak_waiting, len(self.waiting))
-
-    def has_work(self) -> bool:
-        """Whether a step formed now would hold any request (R16)."""
-        return bool(self.running or self.waiting)
 
     def form_step(self, now_us: int) -> Step:
         """R16: the step starting now, as its formation policy forms it (R17 to R19, R50),
