@@ -1,6 +1,5 @@
-"""R63's ``summary.tpot_us`` (``servesim.contract.tpot``, which the report 4.0 -> 5.0 migration
-uses):
-R27 over exact rationals, each reported value rounded once (R24)."""
+"""R63's ``summary.tpot_us`` (``servesim.contract.tpot``, which the report 4.0 -> 5.0
+migration uses): R27 over exact rationals, each reported value rounded once (R24)."""
 
 from __future__ import annotations
 

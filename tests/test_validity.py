@@ -1,9 +1,8 @@
 """R3: the fast validator (jsonschema-rs) decides as jsonschema does wherever it is asked.
 
-``servesim.contract.validity`` only says whether a document is valid; ``jsonschema`` explains an
-invalid
-one. A fast "valid" for a document jsonschema rejects would let a bad input through without a
-message, so the agreement is checked on every golden document, on documents drawn from the
+``servesim.contract.validity`` only says whether a document is valid; ``jsonschema`` explains
+an invalid one. A fast "valid" for a document jsonschema rejects would let a bad input through
+without a message, so the agreement is checked on every golden document, on documents drawn from the
 schemas, and on golden documents with one member changed to a value where the two validators'
 rules differ or are easy to get wrong (integral floats, booleans, 64-bit bounds, ECMA-262 "$").
 """

@@ -10,9 +10,8 @@ objectives); the versions after it are made up:
 The real schemas in ``schemas/`` are not touched: these files stand in for what a pull request
 would put in ``schemas/v1/`` and ``schemas/v2/``. ``CHAIN`` is the migration chain such a pull
 request would add to ``servesim.contract.migrations``, and ``load_scenario_2_0`` is what an
-implementation
-that reads 2.0 does with a 2.0 file, so that replaying a migrated document can be compared with
-replaying the original.
+implementation that reads 2.0 does with a 2.0 file, so that replaying a migrated document can
+be compared with replaying the original.
 """
 
 from __future__ import annotations

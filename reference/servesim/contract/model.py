@@ -299,11 +299,10 @@ class GridTiming:
 
         Every context from ``shape.context_tokens`` to the result (inclusive) gives the same
         duration, so a decode run (``engine.decode_runs.measured_decode_run``) times a whole
-        stretch
-        of its steps at once. Within one cell of the context axis the duration changes only when
-        one of R41's rounded distances along context does (``rounding_extent``); a context on a
-        grid point is a stretch of its own. Sometimes short: a stretch may have the same duration
-        as the next.
+        stretch of its steps at once. Within one cell of the context axis the duration changes
+        only when one of R41's rounded distances along context does (``rounding_extent``); a
+        context on a grid point is a stretch of its own. Sometimes short: a stretch may have the
+        same duration as the next.
         """
         context = shape.context_tokens
         c_low, c_high, c_num, c_den = bracket(self.context_axis, context)

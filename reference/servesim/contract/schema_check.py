@@ -46,8 +46,8 @@ def _ecma_pattern(
 @cache
 def _validator(kind: str, version: str) -> Any:
     """The validator that explains (``jsonschema``): imported only when a document needs it,
-    since a valid one is decided by ``servesim.contract.validity`` and the import takes a tenth of a
-    second of every replay."""
+    since a valid one is decided by ``servesim.contract.validity`` and the import takes a
+    tenth of a second of every replay."""
     import jsonschema
 
     strict = jsonschema.validators.extend(  # type: ignore[no-untyped-call]

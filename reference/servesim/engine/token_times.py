@@ -62,9 +62,8 @@ class TokenTimes:
         """Tokens at the times of ``segments``, consecutive progressions all later than the last
         token so far: the first segment may continue the last one, the rest are appended.
 
-        A measured run's steps (``servesim.engine.decode_runs.measured_decode_run``) come as such
-        segments,
-        one per stretch of equal durations, shared by all its decoding requests.
+        A measured run's steps (``servesim.engine.decode_runs.measured_decode_run``) come as
+        such segments, one per stretch of equal durations, shared by all its decoding requests.
         """
         first, step, count = segments[0]
         self.extend_progression(first, step, count)
