@@ -15,10 +15,6 @@ from dataclasses import dataclass
 from servesim.contract.model import StepShape
 from servesim.engine.routing import SplitMix64
 
-#: An interval is not split once it is narrower than 1/_FINEST of its lower end: a jump in the
-#: estimator (a kernel table's edge) would otherwise take every point of the axis.
-_FINEST = 16
-
 #: The probe values per axis, spaced geometrically between the axis's ends (R75).
 _PROBES = 5
 
@@ -81,6 +77,14 @@ def _shape(name: str, value: int, others: tuple[int, int]) -> StepShape:
     return StepShape(**coordinates)
 
 
+def _weight(span: tuple[int, int], found: tuple[float, int]) -> float:
+    """How much an interval's miss matters: the miss times the interval's width on a log scale,
+    the share of a log-uniform draw it takes (a jump between two adjacent tokens matters less
+    than a bend over hundreds)."""
+    low, high = span
+    return found[0] * math.log((high + 1) / (low + 1))
+
+
 def refine_axis(
     name: str,
     limits: Limits,
@@ -88,49 +92,52 @@ def refine_axis(
     tolerance: float,
     most: int,
 ) -> tuple[int, ...]:
-    """R75: one axis's points. Start from 0, the least positive value and the limit; then, while
-    the axis has fewer than ``most`` points, split (at its midpoint) the interval whose straight
-    line misses the estimator most, judged at three points a quarter apart (off the powers of two,
-    where the estimator's tables have their edges) over
-    every feasible probe line (the other two axes at their probe values); stop when no interval
-    misses by more than ``tolerance`` (relative), or every interval that does is narrower than
-    1/16 of its lower end (a jump in the estimator, which no line follows)."""
+    """R75: one axis's points. Start from 0, the least positive value and the limit. Judge each
+    interval by how far its straight line misses the estimator (relative), over every feasible
+    probe line (the other two axes at their probe values), at five points: just inside each
+    end, and three a quarter apart (off the powers of two, where the estimator's tables have
+    their edges). While the axis has fewer than ``most`` points, split, of the intervals that
+    miss by more than ``tolerance``, the one whose miss times its width on a log scale is the
+    largest: at the point just inside an end when that is where it misses most (a jump next to a
+    point: the estimator's tables step at multiples of 512 prefill tokens), else at its
+    midpoint."""
     points = _start(name, limits)
     others = [n for n in _NAMES if n != name]
     lines = list(itertools.product(_probes(others[0], limits), _probes(others[1], limits)))
 
-    def miss(low: int, high: int) -> float:
-        worst = 0.0
+    def miss(low: int, high: int) -> tuple[float, int]:
+        worst, where = 0.0, (low + high) // 2
+        tested = sorted(
+            {low + 1, high - 1, *(low + 1 + (high - low - 2) * q // 4 for q in (1, 2, 3))}
+        )
         for line in lines:
-            for quarter in (1, 2, 3):
-                at = low + 1 + (high - low - 2) * quarter // 4
-                if at in (low, high) or not limits.feasible(_shape(name, at, line)):
+            left, right = us(_shape(name, low, line)), us(_shape(name, high, line))
+            for at in tested:
+                if not low < at < high or not limits.feasible(_shape(name, at, line)):
                     continue
-                left, right = us(_shape(name, low, line)), us(_shape(name, high, line))
                 straight = left + (right - left) * (at - low) / (high - low)
                 truth = us(_shape(name, at, line))
-                worst = max(worst, abs(straight - truth) / truth)
-        return worst
-
-    def splittable(low: int, high: int) -> bool:
-        return high - low >= max(2, low // _FINEST)
+                error = abs(straight - truth) / truth
+                if error > worst:
+                    worst, where = error, at
+        if where not in (low + 1, high - 1):
+            where = (low + high) // 2
+        return worst, where
 
     misses = {
-        (low, high): miss(low, high)
-        for low, high in itertools.pairwise(points)
-        if splittable(low, high)
+        (low, high): miss(low, high) for low, high in itertools.pairwise(points) if high - low >= 2
     }
     while len(points) < most and misses:
-        (low, high), worst = max(misses.items(), key=lambda item: (item[1], -item[0][0]))
-        if worst <= tolerance:
+        over = {span: found for span, found in misses.items() if found[0] > tolerance}
+        if not over:
             break
-        middle = (low + high) // 2
+        (low, high), (_, split) = max(over.items(), key=lambda item: (_weight(*item), -item[0][0]))
         del misses[(low, high)]
-        points.append(middle)
+        points.append(split)
         points.sort()
-        for part in ((low, middle), (middle, high)):
-            if splittable(*part):
-                misses[part] = miss(*part)
+        for part_low, part_high in ((low, split), (split, high)):
+            if part_high - part_low >= 2:
+                misses[(part_low, part_high)] = miss(part_low, part_high)
     return tuple(points)
 
 

@@ -27,10 +27,13 @@ from servesim.tools.calibrate.profiles import (
 )
 from servesim.tools.calibrate.regression import fit_regression
 
-#: R75's accuracy target: the grid's p99 relative error against the estimator on the ``all``
-#: held-out shapes. aiconfigurator's own error against real GPUs is several percent, so an
-#: interpolation error a few times smaller adds little to it.
-TARGET_P99 = 0.02
+#: R75's accuracy target: the grid's p99 relative error against the estimator on the replay-like
+#: held-out shapes. The estimator itself steps by 4 to 6 % where a step's tokens (P + D, the
+#: rows of its matrix products) cross an edge of its kernel tables (1,024 to 1,025 prefill
+#: tokens: +5.3 % on an H100 with Qwen3-8B); an edge's place on the prefill axis moves with D,
+#: so no grid over (D, C, P) follows it exactly, and a target below the size of those steps
+#: would only measure how many edges the held-out draw lands next to.
+TARGET_P99 = 0.05
 
 #: The sets R75 measures the accuracy on, in the order they are printed.
 ACCURACY_SETS = ("decode_requests", "context_tokens", "prefill_tokens", "all")
