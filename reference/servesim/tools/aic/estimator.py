@@ -152,21 +152,21 @@ def check_setting(setting: Setting, root: Path) -> None:
             f"--backend-version {setting.backend_version}: no {setting.backend} data on "
             f"{setting.system}; supported versions: {_listed(versions)}"
         )
-    passing = sorted(
-        {
-            row["HuggingFaceID"]
-            for row in _support_rows(root, setting.system)
-            if row["Backend"] == setting.backend
-            and row["Version"] == setting.backend_version
-            and row["Mode"] == "agg"
-            and row["Status"] == "PASS"
-        }
-    )
+    rows = [
+        row
+        for row in _support_rows(root, setting.system)
+        if row["Backend"] == setting.backend
+        and row["Version"] == setting.backend_version
+        and row["Mode"] == "agg"
+    ]
+    passing = sorted({row["HuggingFaceID"] for row in rows if row["Status"] == "PASS"})
     if setting.model not in passing:
+        statuses = sorted({row["Status"] for row in rows if row["HuggingFaceID"] == setting.model})
+        said = f"says {', '.join(statuses)}" if statuses else "has no aggregated row for it"
         raise UnsupportedSetting(
             f"--model {setting.model} is not supported by aiconfigurator-core on "
             f"{setting.system} with {setting.backend} {setting.backend_version} (its support "
-            f"matrix has no passing aggregated row); supported there: {_listed(passing)}"
+            f"matrix {said}); supported there: {_listed(passing)}"
         )
     for name, value in (("--tp", setting.tp), ("--attention-dp", setting.attention_dp)):
         if value < 1:
