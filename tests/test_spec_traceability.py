@@ -20,13 +20,15 @@ def _traceability() -> dict[int, list[str]]:
 
 
 def test_rules_are_numbered_consecutively() -> None:
+    # Each number once, none skipped; a later rule may sit in an earlier section (R74 to R76,
+    # the estimator's profiles, are in section 10 with the other measured timing rules).
     rules = _defined_rules()
-    assert rules == list(range(1, len(rules) + 1))
+    assert sorted(rules) == list(range(1, len(rules) + 1))
 
 
 def test_every_rule_names_a_test() -> None:
     table = _traceability()
-    assert sorted(table) == _defined_rules()
+    assert sorted(table) == sorted(_defined_rules())
     assert all(table.values())
 
 

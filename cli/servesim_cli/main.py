@@ -89,6 +89,11 @@ COMMANDS: tuple[Entry, ...] = (
         "servesim_cli.calibrate",
     ),
     Entry(
+        "profile",
+        "freeze an estimator's step times into a timing profile (aic: needs servesim[aic])",
+        "servesim_cli.profile",
+    ),
+    Entry(
         "plot",
         "draw latency CDFs and over-time figures of reports (needs servesim[plot])",
         "servesim_cli.plot",

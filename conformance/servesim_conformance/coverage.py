@@ -17,8 +17,10 @@ from servesim_conformance.corpus import EXPECTED_REPORT, Case, Corpus, Expect, l
 
 
 def spec_rules(spec: str) -> list[str]:
-    """The rule numbers SPEC.md defines, in order."""
-    return [f"R{number}" for number in re.findall(r"^\*\*R(\d+)\. ", spec, flags=re.MULTILINE)]
+    """The rule numbers SPEC.md defines, in numeric order (a later rule may sit in an earlier
+    section: R74 to R76 are in section 10)."""
+    numbers = re.findall(r"^\*\*R(\d+)\. ", spec, flags=re.MULTILINE)
+    return [f"R{number}" for number in sorted(numbers, key=int)]
 
 
 def coverage_table(corpus: Corpus, rules: list[str]) -> str:
