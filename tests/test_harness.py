@@ -31,7 +31,7 @@ from servesim_conformance.runner import (
 )
 from servesim_conformance.schemas import harness_schema
 from tests.golden_snapshots import GOLDEN
-from tests.helpers import REPO, as_report_1_0
+from tests.helpers import REPO, as_report_1_0, as_report_5_0
 
 FAKE = Path(__file__).parent / "fakes" / "fake_sim.py"
 CORPUS = load_corpus(GOLDEN)
@@ -297,7 +297,7 @@ def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> 
     assert verdict is Outcome.FAIL
     assert difference is not None
     assert difference.pointer == "/requests/0/token_times_us/2"
-    assert message.endswith("(the report was migrated from 1.0 to 5.0 before comparison)")
+    assert message.endswith("(the report was migrated from 1.0 to 6.0 before comparison)")
 
 
 def test_a_report_version_not_declared_is_an_invalid_report() -> None:
@@ -576,8 +576,9 @@ def test_r71_exit_4_is_an_error_whatever_the_case_expects(tmp_path: Path) -> Non
 
 
 def _as_report_4_0(report: bytes) -> bytes:
-    """A report 5.0 written as 4.0: without R64's members (R37 migrates them back)."""
-    value = json.loads(report)
+    """A report 6.0 of one default pool written as 4.0: without R85's and R64's members (R37
+    migrates them back)."""
+    value = as_report_5_0(json.loads(report))
     for request in value["requests"]:
         del request["session"]
         request.pop("slo_met", None)
