@@ -20,7 +20,7 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
 }
 
 #: The report versions the reference writes (SPEC.md R31, R38): only the current one.
-WRITTEN_REPORT_VERSIONS: tuple[str, ...] = ("5.0",)
+WRITTEN_REPORT_VERSIONS: tuple[str, ...] = ("6.0",)
 
 #: Document kind -> the schema file's name inside a version folder.
 _SCHEMA_FILES = {
