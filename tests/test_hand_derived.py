@@ -116,8 +116,10 @@ CHUNK_CASES = {
         "d_admit_step": 2,  # 0-based trace index: step 3
         "d_admit_entry": {
             "worker": 0,
+            "rank": 0,  # R85: one rank (R78)
             "start_us": 2300,
             "end_us": 3370,
+            "duration_us": 1070,  # R85: a one-rank pass lasts as long as its step
             "decode_requests": [],
             "prefill": [{"id": "C", "tokens": 6}, {"id": "D", "tokens": 1}],
             "prefill_tokens": 7,
@@ -144,8 +146,10 @@ CHUNK_CASES = {
         "d_admit_step": 1,  # 0-based trace index: step 2
         "d_admit_entry": {
             "worker": 0,
+            "rank": 0,  # R85: one rank (R78)
             "start_us": 1040,
             "end_us": 2270,
+            "duration_us": 1230,  # R85: a one-rank pass lasts as long as its step
             "decode_requests": ["A", "B"],
             "prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
             "prefill_tokens": 3,
@@ -578,8 +582,7 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
     assert summary["prompt_tokens"] == 35
     assert summary["request_throughput_per_s"] == 3_000_000 / 12450
     assert summary["output_token_throughput_per_s"] == 14_000_000 / 12450
-    assert report["workers"][0] == {
-        "worker": 0,
+    counters = {
         "routed": 3,
         "completed": 3,
         "steps": 11,
@@ -591,6 +594,13 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
         "decode_tokens": 11,
         "output_tokens": 14,
         "kv_cache": None,  # R52, R53: no cache
+    }
+    assert report["workers"][0] == {
+        "worker": 0,
+        "pool": "default",  # R77, R85: fleet.workers is the one pool "default"
+        "pool_worker": 0,
+        **counters,
+        "ranks": [{"rank": 0, **counters}],  # R85: one rank, the worker's own figures
     }
 
 
