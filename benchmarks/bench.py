@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from servesim.contract.model import StepShape
 from servesim.contract.canonical import canonical_bytes
 from servesim.contract.migrations import CHAIN
+from servesim.contract.model import StepShape
 from servesim.contract.schemas import WRITTEN_REPORT_VERSIONS
 from servesim.contract.timing_profile import build_timing_profile
 
