@@ -116,10 +116,8 @@ CHUNK_CASES = {
         "d_admit_step": 2,  # 0-based trace index: step 3
         "d_admit_entry": {
             "worker": 0,
-            "rank": 0,  # R85: one rank (R78)
             "start_us": 2300,
             "end_us": 3370,
-            "duration_us": 1070,  # R85: a one-rank pass lasts as long as its step
             "decode_requests": [],
             "prefill": [{"id": "C", "tokens": 6}, {"id": "D", "tokens": 1}],
             "prefill_tokens": 7,
@@ -128,6 +126,8 @@ CHUNK_CASES = {
             "shape": {"decode_requests": 0, "context_tokens": 0, "prefill_tokens": 7},
             "kv_blocks_in_use": None,  # R52, R53: no cache
             "preempted": [],
+            "rank": 0,  # R85: one-rank worker
+            "duration_us": 1070,  # R85: the step's own duration, its pass's
         },
         "step2_prefill": [{"id": "C", "tokens": 6}],
         "ab_tokens": [1040, 2300],
@@ -146,10 +146,8 @@ CHUNK_CASES = {
         "d_admit_step": 1,  # 0-based trace index: step 2
         "d_admit_entry": {
             "worker": 0,
-            "rank": 0,  # R85: one rank (R78)
             "start_us": 1040,
             "end_us": 2270,
-            "duration_us": 1230,  # R85: a one-rank pass lasts as long as its step
             "decode_requests": ["A", "B"],
             "prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
             "prefill_tokens": 3,
@@ -158,6 +156,8 @@ CHUNK_CASES = {
             "shape": {"decode_requests": 2, "context_tokens": 6, "prefill_tokens": 3},
             "kv_blocks_in_use": None,  # R52, R53: no cache
             "preempted": [],
+            "rank": 0,  # R85: one-rank worker
+            "duration_us": 1230,  # R85: the step's own duration, its pass's
         },
         "step2_prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
         "ab_tokens": [1040, 2270],
@@ -597,10 +597,11 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
     }
     assert report["workers"][0] == {
         "worker": 0,
-        "pool": "default",  # R77, R85: fleet.workers is the one pool "default"
-        "pool_worker": 0,
         **counters,
-        "ranks": [{"rank": 0, **counters}],  # R85: one rank, the worker's own figures
+        # R85: the one pool "default"; the one rank's members are the worker's own
+        "pool": "default",
+        "pool_worker": 0,
+        "ranks": [{"rank": 0, **counters}],
     }
 
 

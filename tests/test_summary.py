@@ -467,7 +467,7 @@ def test_a_stop_time_s_cut_off_requests_are_counted_and_have_no_tpot(
     assert tpot.split() == ["TPOT", "0", *["-"] * 7]
 
 
-def test_figures_of_a_report_5_0_are_those_of_its_4_0_original(hand_report: Path) -> None:
+def test_figures_of_a_report_6_0_are_those_of_its_4_0_original(hand_report: Path) -> None:
     """A report before 5.0 reads as R64's migration makes it: nothing cut off, no session, no
     goodput; and the TPOT derived from the requests rounds to R63's ``summary.tpot_us``."""
     value = json.loads(hand_report.read_bytes())

@@ -20,7 +20,6 @@ from servesim.contract.model import (
     Slo,
 )
 
-
 #: R77: the most workers of all pools together, and the most ranks (workers times dp_size).
 MAX_FLEET_WORKERS = 65_536
 MAX_FLEET_RANKS = 1 << 20
@@ -29,12 +28,12 @@ MAX_FLEET_RANKS = 1 << 20
 def scenario_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     """R4: what a schema-valid scenario's schema cannot compare: each pool's limits can decode
     every running request in one step, and R77's checks of the pools."""
-    problems = [
-        InputProblem(file, where, reason) for where, reason in _limits_problems(value)
-    ]
+    problems = [InputProblem(file, where, reason) for where, reason in _limits_problems(value)]
     pools = value["fleet"].get("pools")
     if pools is not None:
-        problems.extend(InputProblem(file, where, reason) for where, reason in _pool_problems(value))
+        problems.extend(
+            InputProblem(file, where, reason) for where, reason in _pool_problems(value)
+        )
     elif value["fleet"]["workers"] * value["fleet"].get("dp_size", 1) > MAX_FLEET_RANKS:
         problems.append(
             InputProblem(
@@ -137,7 +136,7 @@ def _cache_aware_problems(
                 (
                     where,
                     f"block_tokens {cache['block_tokens']} differs from the first pool's "
-                    f"({block_tokens}); \"cache_aware\" needs one block size in every pool (R77)",
+                    f'({block_tokens}); "cache_aware" needs one block size in every pool (R77)',
                 )
             ]
     return []

@@ -13,7 +13,7 @@ from typing import Any
 
 #: Document kind -> schema versions this package reads (SPEC.md R2), oldest first.
 SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
-    "scenario": ("1.0", "1.1", "1.2", "1.3"),
+    "scenario": ("1.0", "1.1", "1.2", "1.3", "1.4"),
     "workload": ("1.0", "1.1", "1.2"),
     "timing_profile": ("1.0", "1.1"),
     "report": ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0"),

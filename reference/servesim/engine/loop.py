@@ -138,7 +138,8 @@ def make_workers(
                         workload.prefix_hash_block_tokens,
                         prefixes,
                         first_blocks,
-                        registry_watched=scenario.routing.state_aware,  # read mid-run: no run evicts
+                        # read mid-run: no run evicts
+                        registry_watched=scenario.routing.state_aware,
                     )
                 worker = Worker(
                     index,
@@ -193,7 +194,9 @@ class EventLoop:
         progress: ProgressCallback | None = None,
     ) -> None:
         #: R79: every distinct pair of limits and cache of the pools, which rejection reads
-        self.pool_limits = list(dict.fromkeys((pool.scheduler, pool.kv_cache) for pool in scenario.pools))
+        self.pool_limits = list(
+            dict.fromkeys((pool.scheduler, pool.kv_cache) for pool in scenario.pools)
+        )
         timings = pool_timings(scenario, timing)
         self.state_aware = scenario.routing.state_aware
         first_blocks = FirstBlocks()  # R54: where each first block was registered, fleet-wide

@@ -70,7 +70,9 @@ class RankGroup:
         self.in_flight = steps
         self.passes += 1
         self.peak_running = max(self.peak_running, sum(len(rank.running) for rank in self.ranks))
-        held = [rank.memory.cache.held for rank in self.ranks if isinstance(rank.memory, BlockMemory)]
+        held = [
+            rank.memory.cache.held for rank in self.ranks if isinstance(rank.memory, BlockMemory)
+        ]
         if held:
             self.peak_blocks_in_use = max(self.peak_blocks_in_use, sum(held))
 

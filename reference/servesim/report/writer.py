@@ -511,21 +511,22 @@ def report_chunks(
         "workers",
     ]
     assert members == sorted(members)
-    units: list[Worker | RankGroup] = (
-        list(result.workers) if result.units is None else result.units
-    )
+    units: list[Worker | RankGroup] = list(result.workers) if result.units is None else result.units
     pools = result.pools or (Pool(DEFAULT_POOL, len(units), _NO_LIMITS),)
-    digests: dict[str, Any] = {
-        name: {"sha256": digest(data)} for name, data in inputs.items()
-    }
+    digests: dict[str, Any] = {name: {"sha256": digest(data)} for name, data in inputs.items()}
     if pool_profiles is None:
         digests["timing_profile"]["calibration"] = calibration
         profiles = [(pool.name, digests["timing_profile"]) for pool in pools]
     else:
         digests["timing_profile"] = None
         profiles = [
-            (pool.name, {"sha256": digest(pool_profiles[pool.name][0]),
-                         "calibration": pool_profiles[pool.name][1]})
+            (
+                pool.name,
+                {
+                    "sha256": digest(pool_profiles[pool.name][0]),
+                    "calibration": pool_profiles[pool.name][1],
+                },
+            )
             for pool in pools
         ]
     digests["timing_profiles"] = [{"pool": name, **profile} for name, profile in profiles]
