@@ -19,11 +19,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from servesim.contract.errors import UnrepresentableArrival, UnrepresentableTime
-from servesim.contract.model import Pool, Scenario, Slo, TimingProfile, Workload
+from servesim.contract.model import (
+    Pool,
+    Scenario,
+    Slo,
+    SyntheticLinearTiming,
+    TimingProfile,
+    Workload,
+)
 from servesim.engine.admission import rejection_reason_in_pools
 from servesim.engine.arrivals import Arrivals, Release
 from servesim.engine.block_memory import BlockMemory
-from servesim.engine.decode_runs import keeps_router_view, plan_run
+from servesim.engine.decode_runs import keeps_router_view, plan_run, steps_to_first_completion
 from servesim.engine.fleet_view import FirstBlocks, FleetView
 from servesim.engine.formation import make_formation
 from servesim.engine.kv.identities import HashPrefixes
@@ -258,11 +265,11 @@ class EventLoop:
         """R20, R51: worker ``index``'s step in flight ends (unless an arrival cut its run
         short and ``order`` is the run's old end); what it finished may release arrivals."""
         worker = self.units[index]
+        if order != worker.completion_sequence:
+            return  # the end of a run that an arrival cut short
         if isinstance(worker, RankGroup):
             self._end_pass(worker, now_us)
             return
-        if order != worker.completion_sequence:
-            return  # the end of a run that an arrival cut short
         step = worker.in_flight
         assert step is not None
         worker.in_flight = None
@@ -322,7 +329,7 @@ class EventLoop:
             steps.append(step)
         worker.completion_sequence = self._push_completion(step.end_us, index)
 
-    # --- R83: a worker of several ranks, pass by pass (no runs: each rank's step is one step)
+    # --- R83: a worker of several ranks, pass by pass (a run only while one rank works alone)
 
     def _start_pass(self, group: RankGroup, now_us: int) -> None:
         """R83: every rank with work forms its step now; the pass ends at the longest."""
@@ -342,20 +349,72 @@ class EventLoop:
         end_us = now_us + longest
         if end_us > MAX_TIME_US:
             raise UnrepresentableTime(worker=group.index, start_us=now_us, duration_us=longest)
-        for step in steps:
-            step.pass_end_us = end_us
+        if len(steps) == 1:  # its siblings are idle: the pass is this rank's step, or a run
+            self._plan_alone(steps[0], group.ranks[steps[0].rank])
+            end_us = steps[0].end_us
+        else:
+            for step in steps:
+                step.barrier = True
+            end_us = self._plan_barrier_run(group, steps, longest)
         group.formed(steps)
         if self.steps is not None:
             self.steps.extend(steps)
         group.completion_sequence = self._push_completion(end_us, group.index)
 
+    def _plan_alone(self, step: Step, rank: Worker) -> None:
+        """R83 with one rank at work: every pass while its siblings stay idle is that rank's step
+        alone, ended at its own end, so ``decode_runs`` applies to it as to a one-rank worker
+        (exact while nobody joins any rank of the worker: ``_route`` cuts the run then)."""
+        timing = rank.timing
+        assert timing is not None
+        plan_run(step, rank, timing.model, MAX_TIME_US, self.steps is not None)
+        if self.stop_us is not None:  # R62: no step of a run may pass the stop time uncut
+            step.stop_at(self.stop_us)
+        assert not self.state_aware or keeps_router_view(step, rank.memory), (
+            "keeps_router_view: a run would change what a state-aware router reads"
+        )
+
+    def _plan_barrier_run(self, group: RankGroup, steps: list[Step], longest: int) -> int:
+        """R83 with several ranks at work: the pass's steps, each ending at the pass end; when
+        every one is decode-only on ranks without a cache and the pool's model is synthetic,
+        the passes after it are the same (each rank's admission stays blocked, no request
+        completes before the first one's last token, every pass lasts ``longest``), so they
+        are one run of passes of period ``longest`` (``decode_runs``' conditions 1 to 3 and 5,
+        for every rank at once; a join to any rank cuts it, ``_route``). The run's end."""
+        start_us = steps[0].start_us
+        model = group.ranks[0].timing.model if group.ranks[0].timing is not None else None
+        repeat = 1
+        if (
+            isinstance(model, SyntheticLinearTiming)
+            and group.ranks[0].memory.unlimited
+            and all(step.decode and not step.prefill for step in steps)
+        ):
+            repeat = max(
+                1,
+                min(
+                    min(steps_to_first_completion(step) for step in steps),
+                    (MAX_TIME_US - start_us) // longest,
+                ),
+            )
+        for step in steps:
+            step.repeat = repeat
+            if repeat > 1:
+                step.segments = [(start_us + longest, longest, repeat)]
+                if self.stop_us is not None:  # R62: no pass of a run may pass the stop time uncut
+                    step.stop_at(self.stop_us)
+            if step.segments is None:  # one pass: every step ends at its end
+                step.pass_end_us = start_us + longest
+        return steps[0].end_us
+
     def _end_pass(self, group: RankGroup, now_us: int) -> None:
         """R83: at the pass end every rank's step ends, in rank order; then the worker is idle."""
         steps = group.in_flight
         assert steps is not None
-        group.ended(steps[0].start_us, now_us)
+        group.ended(steps[0].start_us, now_us, steps[0].repeat)
         for step in steps:
             self._step_ended(group.ranks[step.rank], step, now_us)
+        if steps[0].repeat > 1:  # R85: a run's later passes held the blocks the rank took
+            group.ran(group.ranks[steps[0].rank])
         self._request_group_scheduling(group, now_us)
 
     # --- what the handlers share
@@ -386,8 +445,14 @@ class EventLoop:
             state.cached_blocks_at_routing = fleet_view.cached(worker.scheduler)
         worker.enqueue(state)
         self.router.counters_changed(fleet_view, worker.scheduler)
-        if worker.group is not None:  # R83: it waits for the worker's next pass
-            self._request_group_scheduling(worker.group, now_us)
+        group = worker.group
+        if group is not None:  # R83: it waits for the worker's next pass
+            cut = False
+            for step in group.in_flight or ():  # a run of passes ends at the pass end at or
+                cut = step.truncate_at(now_us)  # after now, every rank's step alike
+            if cut:
+                group.completion_sequence = self._push_completion(step.end_us, group.index)
+            self._request_group_scheduling(group, now_us)
             return
         run = worker.in_flight
         if run is not None and run.truncate_at(now_us):

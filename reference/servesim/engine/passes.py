@@ -76,7 +76,18 @@ class RankGroup:
         if held:
             self.peak_blocks_in_use = max(self.peak_blocks_in_use, sum(held))
 
-    def ended(self, start_us: int, end_us: int) -> None:
-        """R85: the pass from ``start_us`` kept the worker busy until ``end_us``."""
+    def ended(self, start_us: int, end_us: int, passes: int = 1) -> None:
+        """R85: the pass from ``start_us`` (or the run of ``passes`` passes of one rank alone,
+        ``decode_runs``) kept the worker busy until ``end_us``."""
         self.in_flight = None
+        self.passes += passes - 1  # ``formed`` counted the first
         self.busy_us += end_us - start_us
+
+    def ran(self, rank: Worker) -> None:
+        """R85: after a run of ``rank`` alone, the worker's peak of blocks in use is at least
+        the rank's: each pass of the run held the rank's blocks and none of its idle siblings'
+        (R45: ``held`` counts running requests' blocks only), and the rank's own peak was
+        reached at one of its steps, where the worker's total was at least as large."""
+        counters = rank.kv_counters
+        if counters is not None and counters.peak_blocks_in_use > self.peak_blocks_in_use:
+            self.peak_blocks_in_use = counters.peak_blocks_in_use

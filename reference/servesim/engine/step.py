@@ -53,6 +53,10 @@ class Step:
     one-rank worker, whose pass is the step."""
     rank: int = 0
     """R78: the rank that formed it."""
+    barrier: bool = False
+    """R83: one of the steps of a pass of several ranks, each pass of which ends at the pass
+    end (``pass_end_us``, or the run's ``segments`` of pass-long periods): its tokens come
+    then, and its rank is busy for its own ``duration_us`` per pass (R85)."""
     prefill_tokens: int = field(init=False)
     """R22's P: the prompt tokens one step prefills, over all requests (its allotments are
     fixed once it is formed: summed once, for the timing model and the worker both read it)."""

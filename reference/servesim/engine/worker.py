@@ -191,7 +191,7 @@ class Worker:
             memory.step_ended(step, finished)
         self.steps += step.repeat
         # R85: a rank is busy for its own step's duration, though its tokens wait for the pass
-        self.busy_us += end - step.start_us if step.pass_end_us is None else step.duration_us
+        self.busy_us += step.repeat * step.duration_us if step.barrier else end - step.start_us
         self.prefill_tokens += step.prefill_tokens
         self.decode_tokens += step.repeat * len(step.decode)
         self.output_tokens += step.repeat * len(step.decode) + first_tokens

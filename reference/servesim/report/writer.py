@@ -430,7 +430,7 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
         entry = _TRACE_ENTRY % (
             batched,
             decode_requests,
-            end - start if step.pass_end_us is None else step.duration_us,
+            step.duration_us if step.barrier else end - start,
             end,
             kv_blocks_in_use,
             preempted,
@@ -451,15 +451,16 @@ def _trace(steps: list[Step]) -> Iterator[bytes]:
     """R30, R85: every step of every rank, in order of (start_us, worker, rank), as canonical
     bytes.
 
-    Each worker's steps are formed in time order, so merging the workers' streams orders the
-    whole trace without holding it in memory at once.
+    Each rank's steps are formed in time order (a run of passes stands for steps of every
+    rank of its worker at once, so a worker's own are not), so merging the ranks' streams
+    orders the whole trace without holding it in memory at once.
     """
-    by_worker: dict[int, list[Step]] = {}
+    by_rank: dict[tuple[int, int], list[Step]] = {}
     for step in steps:
-        by_worker.setdefault(step.worker, []).append(step)
+        by_rank.setdefault((step.worker, step.rank), []).append(step)
     streams = [
-        (entry for step in worker_steps for entry in _trace_entries(step))
-        for worker_steps in by_worker.values()
+        (entry for step in rank_steps for entry in _trace_entries(step))
+        for rank_steps in by_rank.values()
     ]
     return (entry for _, _, _, entry in heapq.merge(*streams))
 
