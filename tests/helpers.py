@@ -25,6 +25,7 @@ __all__ = [
     "as_report_2_0",
     "as_report_3_0",
     "as_report_4_0",
+    "as_report_5_0",
     "load_module",
     "replay_args",
     "run_servesim",
@@ -128,10 +129,36 @@ def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def as_report_5_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 5.0 writer writes for the same replay (one pool "default" of one-rank
+    workers): the 6.0 ``report`` without R85's members (SPEC.md R86), each checked to be what
+    such a fleet gives."""
+    old = copy.deepcopy(report)
+    old["schema_version"] = "5.0"
+    inputs = old["inputs"]
+    (profile,) = inputs.pop("timing_profiles")
+    assert profile == {"pool": "default", **inputs["timing_profile"]}, "one default pool"
+    (pool,) = old.pop("pools")
+    assert (pool["name"], pool["dp_size"]) == ("default", 1), "a 5.0 report has one-rank workers"
+    for request in old["requests"]:
+        pool_name, rank = request.pop("pool"), request.pop("rank")
+        routed = request["worker"] is not None
+        assert (pool_name, rank) == (("default", 0) if routed else (None, None))
+    for worker in old["workers"]:
+        assert (worker.pop("pool"), worker.pop("pool_worker")) == ("default", worker["worker"])
+        (rank_entry,) = worker.pop("ranks")
+        assert rank_entry.pop("rank") == 0
+        assert rank_entry == {name: worker[name] for name in rank_entry}, "the rank is the worker"
+    for entry in old["trace"] or []:
+        assert entry.pop("rank") == 0
+        assert entry.pop("duration_us") == entry["end_us"] - entry["start_us"]
+    return old
+
+
 def as_report_4_0(report: dict[str, Any]) -> dict[str, Any]:
     """What a report 4.0 writer writes for the same replay (no sessions, closed loop, stop time
-    or objectives): the 5.0 ``report`` without R64's members (SPEC.md R64)."""
-    old = copy.deepcopy(report)
+    or objectives): the 5.0 form of ``report`` without R64's members (SPEC.md R64)."""
+    old = as_report_5_0(report)
     old["schema_version"] = "4.0"
     for request in old["requests"]:
         session = request.pop("session")

@@ -20,6 +20,7 @@ from tests.helpers import (
     as_report_2_0,
     as_report_3_0,
     as_report_4_0,
+    as_report_5_0,
     scenario_doc,
     timing_doc,
     workload_doc,
@@ -136,10 +137,10 @@ def test_require_same_refuses_reports_of_different_inputs(
 
 @pytest.mark.parametrize(
     "older",
-    [as_report_1_0, as_report_2_0, as_report_3_0, as_report_4_0],
-    ids=["1.0", "2.0", "3.0", "4.0"],
+    [as_report_1_0, as_report_2_0, as_report_3_0, as_report_4_0, as_report_5_0],
+    ids=["1.0", "2.0", "3.0", "4.0", "5.0"],
 )
-def test_an_older_report_compares_with_its_5_0_twin(
+def test_an_older_report_compares_with_its_current_twin(
     tmp_path: Path,
     one_worker: Path,
     capsys: pytest.CaptureFixture[str],
@@ -157,7 +158,7 @@ def test_both_unreadable_reports_are_named(
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps(scenario_doc()))
     future = tmp_path / "future.json"
-    future.write_text(json.dumps({**json.loads(one_worker.read_bytes()), "schema_version": "6.0"}))
+    future.write_text(json.dumps({**json.loads(one_worker.read_bytes()), "schema_version": "7.0"}))
     assert main(["compare", str(scenario), str(future)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

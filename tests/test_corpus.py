@@ -13,7 +13,13 @@ import pytest
 
 import servesim
 from servesim.contract.errors import OutOfCoverage, ServesimError
-from servesim_conformance.corpus import EXPECTED_REPORT, INPUT_FILES, Expect, load_corpus
+from servesim_conformance.corpus import (
+    EXPECTED_REPORT,
+    INPUT_FILES,
+    POOL_PROFILES,
+    Expect,
+    load_corpus,
+)
 from servesim_conformance.coverage import coverage_table, spec_rules
 from servesim_conformance.features import FEATURES, Kind
 from tests.golden_snapshots import GOLDEN
@@ -29,7 +35,7 @@ INVALID = [case for case in CORPUS.cases if not case.valid]
 TOOL_RULES = {"R33", "R34", "R35", "R36", "R37", "R39", "R44", "R65"}
 #: SPEC.md section 14: the harness's own contract, which the harness tests check (a golden case
 #: is run by the harness, it does not exercise it).
-HARNESS_RULES = {f"R{number}" for number in range(66, 74)}
+HARNESS_RULES = {f"R{number}" for number in range(66, 74)} | {"R87"}
 #: A valid case at most this big must carry a hand derivation.
 SMALL_CASE_REQUESTS = 6
 
@@ -67,8 +73,8 @@ def test_every_rule_is_covered_by_a_case() -> None:
 
 @pytest.mark.parametrize("case", VALID, ids=[case.id for case in VALID])
 def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no-untyped-def]
-    for role, name in INPUT_FILES.items():
-        servesim.read_document(case.folder / name, role)
+    for role, path in case.input_documents():
+        servesim.read_document(path, role)
     servesim.read_document(case.expected_report, "report")
     report = json.loads(case.expected_report.read_bytes())
     assert (report["trace"] is not None) == case.trace
@@ -79,10 +85,15 @@ def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no
         scenario["scheduler"]["prefill"]["mode"] == "chunked"
     )
     assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
-    # R69: the timing tags follow the profile's model; no case names a baseline tag
-    model = json.loads((case.folder / "timing-profile.json").read_bytes())["model"]["kind"]
+    # R69: the timing tags follow the profiles' models (R87: any pool's); no case names a
+    # baseline tag
+    models = {
+        json.loads(path.read_bytes())["model"]["kind"]
+        for role, path in case.input_documents()
+        if role == "timing_profile"
+    }
     for kind in ("grid", "regression"):
-        assert (f"timing.{kind}" in case.features) == (model == kind)
+        assert (f"timing.{kind}" in case.features) == (kind in models)
     assert not case.features & {tag for tag, k in FEATURES.items() if k is Kind.BASELINE}
 
 
@@ -126,11 +137,29 @@ def test_coverage_table_is_current() -> None:
 
 
 def test_every_case_folder_has_exactly_its_files() -> None:
+    """The three inputs, or (R87) the scenario, the workload and ``timing-profiles/`` of
+    ``POOL.json`` files instead of ``timing-profile.json``; the report and the derivation."""
     allowed = {*INPUT_FILES.values(), EXPECTED_REPORT, "DERIVATION.md"}
     for case in CORPUS.cases:
         names = {path.name for path in Path(case.folder).iterdir()}
-        assert set(INPUT_FILES.values()) <= names, case.id
-        assert names <= allowed, case.id
+        if POOL_PROFILES in names:
+            inputs = {INPUT_FILES["scenario"], INPUT_FILES["workload"], POOL_PROFILES}
+            assert INPUT_FILES["timing_profile"] not in names, case.id
+            profiles = list((case.folder / POOL_PROFILES).iterdir())
+            assert profiles, case.id
+            assert all(path.is_file() and path.suffix == ".json" for path in profiles), case.id
+        else:
+            inputs = set(INPUT_FILES.values())
+        assert inputs <= names, case.id
+        assert names <= allowed | inputs, case.id
+
+
+@pytest.mark.parametrize("case", CORPUS.cases, ids=[case.id for case in CORPUS.cases])
+def test_r87_timing_per_pool_is_listed_exactly_by_the_cases_with_per_pool_profiles(case) -> None:  # type: ignore[no-untyped-def]
+    """R87: a case lists the behavioural tag ``timing.per_pool`` exactly when its folder has
+    ``timing-profiles/`` (so an implementation without ``--timing-profile POOL=FILE`` is never
+    given one, R70), valid or invalid."""
+    assert ("timing.per_pool" in case.features) == (case.folder / POOL_PROFILES).is_dir()
 
 
 #: A derivation's machine-checked block: the first ```json block of its DERIVATION.md (under the

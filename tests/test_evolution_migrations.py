@@ -3,7 +3,8 @@
 The reference's chain relabels timing profile, scenario and workload 1.0 -> 1.1, scenario
 1.1 -> 1.2 -> 1.3 and workload 1.1 -> 1.2, and upgrades report 1.0 -> 2.0 (the calibration echo
 and the trace's step shapes), 2.0 -> 3.0 (the KV cache's members, R53), 3.0 -> 4.0
-(cached_blocks_at_routing, R57) and 4.0 -> 5.0 (session, cut_off and tpot_us, R64). The chain of
+(cached_blocks_at_routing, R57), 4.0 -> 5.0 (session, cut_off and tpot_us, R64) and 5.0 -> 6.0
+(the one pool "default" of one-rank workers, R85, R86). The chain of
 the deliberate evolution in ``tests/evolution_fixtures`` (scenario 1.0 -> 1.1 -> 1.2 -> 1.3 ->
 1.4 -> 2.0) exercises the machinery further, and its 2.0 reader
 (``load_scenario_2_0``) stands for an implementation that reads 2.0.
@@ -43,6 +44,7 @@ from tests.helpers import (
     as_report_2_0,
     as_report_3_0,
     as_report_4_0,
+    as_report_5_0,
     scenario_doc,
     timing_doc,
     workload_doc,
@@ -61,7 +63,7 @@ def test_reference_chain_leaves_current_documents_alone() -> None:
     assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3")
     assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
-    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0")
+    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0")
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,7 @@ def test_report_3_0_to_4_0_puts_the_member_where_the_canonical_writer_does() -> 
 def test_report_4_0_migrates_to_exactly_the_5_0_report() -> None:
     """R64, checked by hand on golden/valid/running-order-after-completion: the migration adds
     ``session: null`` to every request and ``cut_off: 0`` and ``tpot_us`` to the summary, and
-    nothing else; the result is the golden 5.0 report, byte for byte.
+    nothing else; the result is the 5.0 form of the golden report, byte for byte.
 
     From the 4.0 report's requests (first_token_us, completion_us, output_tokens):
     A (1030, 3540, 3): 2510/2 = 1255; B (1030, 2330, 2): 1300/1 = 1300;
@@ -233,7 +235,7 @@ def test_report_4_0_migrates_to_exactly_the_5_0_report() -> None:
     path = REPO / "golden" / "valid" / "running-order-after-completion" / "expected-report.json"
     old = as_report_4_0(json.loads(path.read_bytes()))
     load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 4.0 report
-    migrated = CHAIN.migrate(old)
+    migrated = CHAIN.migrate(old, target="5.0")
     assert [(step.source, step.target) for step in migrated.steps] == [("4.0", "5.0")]
     new = migrated.document
     assert new["summary"]["tpot_us"] == {
@@ -254,7 +256,7 @@ def test_report_4_0_migrates_to_exactly_the_5_0_report() -> None:
     del stripped["summary"]["cut_off"], stripped["summary"]["tpot_us"]
     assert stripped == {**old, "schema_version": "5.0"}  # nothing else changed
     load_document(canonical_bytes(new) + b"\n", "new.json", "report")  # a valid 5.0 report
-    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+    assert canonical_bytes(new) == canonical_bytes(as_report_5_0(json.loads(path.read_bytes())))
 
 
 @pytest.mark.parametrize("path", GOLDEN_REPORTS_4_0, ids=lambda path: path.parent.name)
@@ -270,6 +272,160 @@ def test_every_golden_report_s_4_0_form_migrates_to_its_5_0_bytes(path: Path) ->
     for request, original in zip(migrated["requests"], current["requests"], strict=True):
         assert list(request) == list(original)
     assert list(migrated["summary"]) == list(current["summary"])
+
+
+def _has_a_5_0_form(path: Path) -> bool:
+    """Whether a golden report comes from a fleet of one pool of one-rank workers routed by a
+    policy of report 5.0, as every report older than 6.0 does (R86): no ``fleet.pools``, no
+    ``fleet.dp_size`` above 1, no weighted round robin and no per-pool profiles."""
+    scenario = json.loads((path.parent / "scenario.json").read_bytes())
+    fleet = scenario["fleet"]
+    return (
+        "pools" not in fleet
+        and fleet.get("dp_size", 1) == 1
+        and scenario["routing"]["policy"] != "weighted_round_robin"
+        and not (path.parent / "timing-profiles").exists()
+    )
+
+
+#: Every golden report of one pool of one-rank workers: each has a 5.0 form (R86).
+GOLDEN_REPORTS_5_0 = [
+    path
+    for path in sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+    if _has_a_5_0_form(path)
+]
+
+
+def test_report_5_0_migrates_to_exactly_the_6_0_report() -> None:
+    """R86, checked by hand on golden/valid/kv-peak-blocks-per-worker (three workers with a
+    cache, request C rejected, a trace): the migration adds the one pool "default" of one-rank
+    workers and nothing else; the result is the golden 6.0 report, byte for byte.
+
+    From the 5.0 report: workers' (routed, completed, steps, busy_us, peak_blocks_in_use) are
+    w0 (1, 1, 2, 2150, 2), w1 (1, 1, 3, 3230, 2), w2 (0, 0, 0, 0, 0); completed A (P 5, O 2)
+    and B (P 3, O 3); makespan 3230. The pool: routed 2, completed 2, steps 5, busy_us 5380,
+    prompt_tokens 8, output_tokens 5, utilization 5380 / (3 * 3230) = 538/969, throughputs
+    2 * 10^6 / 3230 and 5 * 10^6 / 3230 (R24), kv_cache peak max(2, 2, 0) = 2, sums 0. The
+    trace's steps last end_us - start_us: 1050, 1030, 1100, 1100, 1100.
+    """
+    path = REPO / "golden" / "valid" / "kv-peak-blocks-per-worker" / "expected-report.json"
+    old = as_report_5_0(json.loads(path.read_bytes()))
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 5.0 report
+    migrated = CHAIN.migrate(old)
+    assert [(step.source, step.target) for step in migrated.steps] == [("5.0", "6.0")]
+    new = migrated.document
+    assert new["pools"] == [
+        {
+            "busy_us": 5380,
+            "completed": 2,
+            "dp_size": 1,
+            "kv_cache": {
+                "evictions": 0,
+                "peak_blocks_in_use": 2,
+                "preemptions": 0,
+                "reused_tokens": 0,
+            },
+            "name": "default",
+            "output_token_throughput_per_s": 5_000_000 / 3230,
+            "output_tokens": 5,
+            "prompt_tokens": 8,
+            "request_throughput_per_s": 2_000_000 / 3230,
+            "routed": 2,
+            "steps": 5,
+            "utilization": 538 / 969,
+            "workers": 3,
+        }
+    ]
+    assert new["inputs"]["timing_profiles"] == [
+        {"pool": "default", **old["inputs"]["timing_profile"]}
+    ]
+    assert [(r["id"], r["pool"], r["rank"]) for r in new["requests"]] == [
+        ("A", "default", 0),
+        ("C", None, None),
+        ("B", "default", 0),
+    ]
+    assert [(w["pool"], w["pool_worker"], len(w["ranks"])) for w in new["workers"]] == [
+        ("default", 0, 1),
+        ("default", 1, 1),
+        ("default", 2, 1),
+    ]
+    first_rank = dict(new["workers"][0]["ranks"][0])
+    assert first_rank.pop("rank") == 0
+    assert first_rank == {
+        "busy_us": 2150,
+        "completed": 1,
+        "decode_tokens": 1,
+        "kv_cache": {"evictions": 0, "peak_blocks_in_use": 2, "preemptions": 0, "reused_tokens": 0},
+        "output_tokens": 2,
+        "peak_running": 1,
+        "peak_waiting": 1,
+        "prefill_tokens": 5,
+        "routed": 1,
+        "steps": 2,
+        "utilization": 2150 / 3230,
+    }
+    assert [(entry["rank"], entry["duration_us"]) for entry in new["trace"]] == [
+        (0, 1050),
+        (0, 1030),
+        (0, 1100),
+        (0, 1100),
+        (0, 1100),
+    ]
+    load_document(canonical_bytes(new) + b"\n", "new.json", "report")  # a valid 6.0 report
+    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+
+
+@pytest.mark.parametrize("path", GOLDEN_REPORTS_5_0, ids=lambda path: path.parent.name)
+def test_every_golden_report_s_5_0_form_migrates_to_its_6_0_bytes(path: Path) -> None:
+    """R86: the 5.0 form of a one-pool golden report (6.0 without R85's members, each checked
+    to be the default pool's) is a valid 5.0 report and migrates to the very bytes of the golden
+    6.0 report, member order included (``servesim migrate`` keeps the order it read, R37)."""
+    current = json.loads(path.read_bytes())
+    old = as_report_5_0(current)
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 5.0 report
+    migrated = CHAIN.migrate(old).document
+    assert canonical_bytes(migrated) + b"\n" == path.read_bytes()
+    assert _member_order(migrated) == _member_order(current)
+
+
+def _member_order(value: Any) -> Any:
+    """Every object's member names in order, throughout ``value`` (its values left out)."""
+    if isinstance(value, dict):
+        return [(name, _member_order(member)) for name, member in value.items()]
+    if isinstance(value, list):
+        return [_member_order(item) for item in value]
+    return None
+
+
+def test_report_5_0_to_6_0_of_a_cut_off_request_and_an_empty_makespan() -> None:
+    """R86 where R85's quotients have no value: a report whose makespan is 0 (every request
+    rejected at one instant) gets null utilization and throughputs for its pool, as R24 says
+    for a division by 0, and a rejected request null pool and rank."""
+    path = REPO / "golden" / "valid" / "all-rejected-spread-arrivals" / "expected-report.json"
+    current = json.loads(path.read_bytes())
+    old = as_report_5_0(current)
+    old["summary"]["makespan_us"] = 0  # as if the rejections were at one instant
+    (pool,) = CHAIN.migrate(old).document["pools"]
+    assert pool["utilization"] is None
+    assert pool["request_throughput_per_s"] is None
+    assert pool["output_token_throughput_per_s"] is None
+    assert (pool["routed"], pool["completed"], pool["steps"]) == (0, 0, 0)
+    migrated = CHAIN.migrate(as_report_5_0(current)).document
+    assert {(r["pool"], r["rank"]) for r in migrated["requests"]} == {(None, None)}
+
+
+def test_servesim_migrate_writes_a_5_0_report_as_6_0(tmp_path: Path) -> None:
+    """R37 through the command: a 5.0 report file becomes the golden 6.0 bytes, checked
+    against report 6.0 (R1 to R4) before it is written."""
+    path = REPO / "golden" / "valid" / "smoke-two-workers" / "expected-report.json"
+    source = tmp_path / "old.json"
+    source.write_bytes(canonical_bytes(as_report_5_0(json.loads(path.read_bytes()))) + b"\n")
+    output = tmp_path / "new.json"
+    parser = argparse.ArgumentParser()
+    add_migrate_arguments(parser)
+    arguments = parser.parse_args([str(source), "--output", str(output)])
+    assert run_migrate(arguments) == 0
+    assert json.loads(output.read_bytes()) == json.loads(path.read_bytes())
 
 
 def test_fixture_chain_goes_one_version_at_a_time() -> None:

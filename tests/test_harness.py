@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from servesim.contract.canonical import canonical_json
+from servesim.contract.schemas import WRITTEN_REPORT_VERSIONS
 from servesim_conformance.corpus import Case, CorpusError, Expect, load_corpus
 from servesim_conformance.features import ADDITIVE, FEATURES, Kind
 from servesim_conformance.implementation import (
@@ -31,7 +32,7 @@ from servesim_conformance.runner import (
 )
 from servesim_conformance.schemas import harness_schema
 from tests.golden_snapshots import GOLDEN
-from tests.helpers import REPO, as_report_1_0
+from tests.helpers import REPO, as_report_1_0, as_report_5_0
 
 FAKE = Path(__file__).parent / "fakes" / "fake_sim.py"
 CORPUS = load_corpus(GOLDEN)
@@ -297,20 +298,21 @@ def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> 
     assert verdict is Outcome.FAIL
     assert difference is not None
     assert difference.pointer == "/requests/0/token_times_us/2"
-    assert message.endswith("(the report was migrated from 1.0 to 5.0 before comparison)")
+    assert message.endswith("(the report was migrated from 1.0 to 6.0 before comparison)")
 
 
 def test_a_report_version_not_declared_is_an_invalid_report() -> None:
     implementation = fake("undeclared-report-version")
     result = run_case(VALID, implementation, implementation.describe())
     assert result.outcome is Outcome.INVALID_REPORT
-    assert "version 5.0, which --describe does not declare" in result.message
+    written = WRITTEN_REPORT_VERSIONS[-1]  # the reference's, which the fake writes
+    assert f"version {written}, which --describe does not declare" in result.message
 
 
 @pytest.mark.parametrize(
     ("versions", "message"),
     [
-        ({"report": ["6.0"]}, "report versions that are not released: 6.0"),
+        ({"report": ["7.0"]}, "report versions that are not released: 7.0"),
         ({"timing_profile": ["1.0", "1.1"], "report": ["1.0"]}, "writes no report 2.0"),
         ({"scenario": ["1.0", "1.1"], "report": ["2.0"]}, "reads scenario 1.1 but writes no"),
         ({"workload": ["1.0", "1.1"], "report": ["1.0"]}, "reads workload 1.1 but writes no"),
@@ -576,8 +578,9 @@ def test_r71_exit_4_is_an_error_whatever_the_case_expects(tmp_path: Path) -> Non
 
 
 def _as_report_4_0(report: bytes) -> bytes:
-    """A report 5.0 written as 4.0: without R64's members (R37 migrates them back)."""
-    value = json.loads(report)
+    """A report 6.0 of one default pool written as 4.0: without R85's and R64's members (R37
+    migrates them back)."""
+    value = as_report_5_0(json.loads(report))
     for request in value["requests"]:
         del request["session"]
         request.pop("slo_met", None)
@@ -668,3 +671,139 @@ def test_skipped_smoke_cases_do_not_make_an_adapter_broken() -> None:
     results, broken = run_cases(cases, implementation, description)
     assert not broken
     assert [result.outcome for result in results] == [Outcome.SKIP] * 3 + [Outcome.PASS]
+
+
+# --- R87: per-pool timing profiles, harness protocol 5 ------------------------------------------
+
+#: A stand-in implementation of protocol 5: ``--describe`` declares what its first argument
+#: says; a replay records its arguments, and the bytes of each profile file they name, in the
+#: file its second argument names, then rejects the input (exit 2) as an invalid case expects.
+_RECORDING_SIM = """
+import json, sys
+protocol, record, features = int(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
+arguments = sys.argv[4:]
+if arguments == ["--describe"]:
+    versions = {"scenario": ["1.0"], "workload": ["1.0"], "timing_profile": ["1.0"],
+                "report": ["6.0"]}
+    print(json.dumps({"name": "recording", "version": "0", "protocol_version": protocol,
+                      "schema_versions": versions, "features": features}))
+    sys.exit(0)
+profiles = [arguments[i + 1] for i, a in enumerate(arguments) if a == "--timing-profile"]
+files = {}
+for profile in profiles:
+    path = profile.split("=", 1)[1] if "=" in profile else profile
+    files[path] = open(path, encoding="utf-8").read()
+json.dump({"arguments": arguments, "files": files}, open(record, "w"))
+sys.exit(2)
+"""
+
+
+def _recording(tmp_path: Path, protocol: int, features: str) -> tuple[Implementation, Path]:
+    script = tmp_path / "recording_sim.py"
+    script.write_text(_RECORDING_SIM)
+    record = tmp_path / "record.json"
+    argv = (sys.executable, str(script), str(protocol), str(record), features)
+    return Implementation(argv), record
+
+
+def _per_pool_case(tmp_path: Path, pools: tuple[str, ...]) -> Case:
+    """An invalid case (its scenario names no pools) with one profile per name in ``pools``,
+    so a run that gets the arguments right exits 2 and passes."""
+    folder = tmp_path / "corpus" / "invalid" / "per-pool-profiles"
+    (folder / "timing-profiles").mkdir(parents=True)
+    paths = VALID.input_paths()
+    for role in ("scenario", "workload"):
+        (folder / paths[role].name).write_bytes(paths[role].read_bytes())
+    profile = json.loads(paths["timing_profile"].read_bytes())
+    for indent, pool in enumerate(pools):  # each file its own bytes
+        (folder / "timing-profiles" / f"{pool}.json").write_text(json.dumps(profile, indent=indent))
+    return Case(
+        id="invalid/per-pool-profiles",
+        folder=folder,
+        description="profiles for pools the scenario does not have",
+        schema_version="1.0",
+        features=frozenset({"timing.per_pool"}),
+        rules=("R84", "R87"),
+        fault="profiles named for pools the scenario does not have",
+    )
+
+
+def test_r87_per_pool_profiles_are_copied_and_passed_in_bytewise_pool_order(
+    tmp_path: Path,
+) -> None:
+    """R87, R66: every profile of ``timing-profiles/`` is copied into the run's own folder and
+    passed as ``--timing-profile POOL=PATH``, PATH absolute, in bytewise order of POOL (not
+    alphabetical: uppercase letters and digits sort before "_", which sorts before lowercase),
+    and no ``timing-profile.json`` is passed."""
+    pools = ("a", "B", "_x", "a-1", "Z9")
+    case = _per_pool_case(tmp_path, pools)
+    implementation, record = _recording(tmp_path, 5, "timing.per_pool")
+    result = run_case(case, implementation, implementation.describe())
+    assert (result.outcome, result.message) == (Outcome.PASS, "")
+    recorded = json.loads(record.read_text())
+    arguments = recorded["arguments"]
+    profiles = [arguments[i + 1] for i, a in enumerate(arguments) if a == "--timing-profile"]
+    named = [profile.split("=", 1)[0] for profile in profiles]
+    assert named == ["B", "Z9", "_x", "a", "a-1"]  # bytewise: uppercase, "_", then lowercase
+    assert named == sorted(pools, key=lambda pool: pool.encode())
+    for pool, profile in zip(named, profiles, strict=True):
+        path = Path(profile.split("=", 1)[1])
+        assert path.is_absolute()
+        assert path.name == f"{pool}.json"
+        assert path.parent.name == "timing-profiles"
+        assert not path.is_relative_to(case.folder)  # a copy, in the run's own folder
+        source = case.folder / "timing-profiles" / f"{pool}.json"
+        assert recorded["files"][str(path)] == source.read_text()
+    assert not any(a.endswith("timing-profile.json") for a in arguments)
+    assert not path.exists()  # the run's folder is deleted afterwards (R66)
+
+
+def test_r87_a_case_with_per_pool_profiles_needs_timing_per_pool(tmp_path: Path) -> None:
+    """R70: without the behavioural tag the case is skipped, never run; its documents are read
+    at their own versions, every per-pool profile among them."""
+    case = _per_pool_case(tmp_path, ("a", "b"))
+    assert case.input_paths().keys() == {"scenario", "workload"}
+    assert [kind for kind, _ in case.input_documents()].count("timing_profile") == 2
+    implementation, record = _recording(tmp_path, 5, "trace")
+    result = run_case(case, implementation, implementation.describe())
+    assert (result.outcome, result.message) == (
+        Outcome.SKIP,
+        "needs undeclared features: timing.per_pool",
+    )
+    assert not record.exists()
+
+
+def test_r87_timing_per_pool_is_a_tag_of_protocol_5(tmp_path: Path) -> None:
+    """R68, R87: protocol 5 is protocol 4 plus the tag; an implementation that declares it
+    while speaking protocol 4 is refused, and one of protocol 4 is accepted without it."""
+    implementation, _ = _recording(tmp_path, 4, "timing.per_pool")
+    with pytest.raises(HarnessError, match=r"timing\.per_pool but speaks protocol 4"):
+        implementation.describe()
+    implementation, _ = _recording(tmp_path, 4, "trace")
+    assert implementation.describe().protocol_version == 4
+    implementation, _ = _recording(tmp_path, 5, "timing.per_pool")
+    assert "timing.per_pool" in implementation.describe().features
+    assert FEATURES["timing.per_pool"] is Kind.BEHAVIOURAL
+
+
+def test_r87_the_reference_speaks_protocol_5_with_timing_per_pool() -> None:
+    described = fake("honest").describe()
+    assert described.protocol_version == 5
+    assert "timing.per_pool" in described.features
+
+
+def test_r86_r67_a_scenario_1_4_reader_must_write_report_6_0() -> None:
+    """R38, R67: an older report has no pools or ranks, so a reader of scenario 1.4 that writes
+    no report 6.0 is refused; a reader of scenario 1.3 may still write 5.0 alone."""
+    versions = {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4"],
+        "workload": ["1.0", "1.1", "1.2"],
+        "timing_profile": ["1.0", "1.1"],
+        "report": ["5.0"],
+    }
+    assert version_problems(versions) == [
+        "it reads scenario 1.4 but writes no report 6.0; an older report has no pools or ranks "
+        "(R85, R86)"
+    ]
+    assert version_problems({**versions, "report": ["5.0", "6.0"]}) == []
+    assert version_problems({**versions, "scenario": versions["scenario"][:4]}) == []

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import json
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -32,8 +31,9 @@ from servesim_conformance.runner import (
     EXIT_INVALID_INPUT,
     EXIT_OUT_OF_COVERAGE,
     REPORT_NAME,
-    replay_arguments,
+    case_arguments,
     skip_reason,
+    stage_inputs,
 )
 
 #: Generated cases by default, and the default seed of their generation.
@@ -205,9 +205,8 @@ def _implementation_report(
     """Run the implementation on the case's inputs; its report value at the current version."""
     with tempfile.TemporaryDirectory(prefix="servesim-agreement-") as temporary:
         workdir = Path(temporary)
-        for path in case.input_paths().values():
-            shutil.copyfile(path, workdir / path.name)
-        run = implementation.run(replay_arguments(workdir, trace=False))
+        stage_inputs(case, workdir)
+        run = implementation.run(case_arguments(case, workdir, trace=False))
         report = workdir / REPORT_NAME
         data = report.read_bytes() if run.returncode == 0 and report.is_file() else None
     if run.timed_out:

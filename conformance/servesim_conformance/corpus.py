@@ -1,8 +1,10 @@
 """The golden corpus: a manifest of cases, each a folder of input files (and an expected report).
 
 Layout, after toml-test: ``golden/valid/<name>/`` holds the three inputs, ``expected-report.json``
-and, for small cases, ``DERIVATION.md``; ``golden/invalid/<name>/`` holds three inputs, one of
-them faulty, and no report. ``golden/manifest.json`` lists every case with a stable id.
+and, for small cases, ``DERIVATION.md`` (a case with one timing profile per pool has, instead of
+``timing-profile.json``, a folder ``timing-profiles/`` of ``POOL.json`` files, R87);
+``golden/invalid/<name>/`` holds three inputs, one of them faulty, and no report.
+``golden/manifest.json`` lists every case with a stable id.
 
 A case's ``expect`` says what it asks of an implementation: a report (valid cases, the default),
 a rejection (invalid cases, the default), or exit 3 for a step outside the timing profile's
@@ -30,6 +32,10 @@ INPUT_FILES = {
     "timing_profile": "timing-profile.json",
 }
 EXPECTED_REPORT = "expected-report.json"
+
+#: R87: the folder of a case's per-pool timing profiles, ``POOL.json`` each, which the case has
+#: instead of ``timing-profile.json``.
+POOL_PROFILES = "timing-profiles"
 
 
 class CorpusError(Exception):
@@ -90,16 +96,49 @@ class Case:
         return self.folder / EXPECTED_REPORT
 
     def input_paths(self) -> dict[str, Path]:
-        return {role: self.folder / name for role, name in INPUT_FILES.items()}
+        """The case's input files by role; a case with per-pool profiles (``pool_profiles``)
+        has no ``timing_profile`` here."""
+        paths = {role: self.folder / name for role, name in INPUT_FILES.items()}
+        if self.pool_profiles():
+            del paths["timing_profile"]
+        return paths
+
+    def pool_profiles(self) -> dict[str, Path]:
+        """R87: each ``timing-profiles/POOL.json`` by POOL, in bytewise order of POOL (the order
+        the harness passes them in); empty for a case with one ``timing-profile.json``."""
+        folder = self.folder / POOL_PROFILES
+        if not folder.is_dir():
+            return {}
+        profiles = {
+            path.name.removesuffix(".json"): path
+            for path in folder.iterdir()
+            if path.name.endswith(".json") and path.is_file()
+        }
+        return dict(sorted(profiles.items(), key=lambda item: item[0].encode("utf-8")))
+
+    def input_documents(self) -> list[tuple[str, Path]]:
+        """Every input file with its kind: the scenario, the workload and the timing profile,
+        or each per-pool profile (R87)."""
+        documents = list(self.input_paths().items())
+        return documents + [("timing_profile", path) for path in self.pool_profiles().values()]
+
+    def input_document_versions(self) -> list[tuple[str, str]]:
+        """Each input file's own ``schema_version`` with its kind (R38: a case's documents need
+        not share one); the manifest's ``schema_version`` for a file that cannot say (an
+        invalid case's broken file)."""
+        return [
+            (kind, _declared_version(path) or self.schema_version)
+            for kind, path in self.input_documents()
+        ]
 
     def input_versions(self) -> dict[str, str]:
-        """Each input's own ``schema_version`` by kind (R38: a case's documents need not share
-        one); the manifest's ``schema_version`` for a file that cannot say (an invalid case's
-        broken file)."""
-        return {
-            kind: _declared_version(path) or self.schema_version
-            for kind, path in self.input_paths().items()
-        }
+        """Each input's own ``schema_version`` by kind, as ``input_document_versions``; of
+        several per-pool profiles, the newest version."""
+        versions: dict[str, str] = {}
+        for kind, version in self.input_document_versions():
+            if kind not in versions or _version_order(version) > _version_order(versions[kind]):
+                versions[kind] = version
+        return versions
 
     def needs(self) -> frozenset[str]:
         """The features the case needs: the manifest's and, for a case with valid inputs, the
@@ -108,8 +147,18 @@ class Case:
         declares it (R38). An invalid case needs no timing model: its inputs are rejected."""
         if not self.valid:
             return self.features
-        tag = timing_kind_feature(_model_kind(self.input_paths()["timing_profile"]))
-        return self.features | {tag} if tag is not None else self.features
+        tags = {
+            timing_kind_feature(_model_kind(path))
+            for kind, path in self.input_documents()
+            if kind == "timing_profile"
+        }
+        return self.features | {tag for tag in tags if tag is not None}
+
+
+def _version_order(version: str) -> tuple[int, ...]:
+    """A ``"MAJOR.MINOR"`` version as numbers to order by (anything else orders first)."""
+    major, _, minor = version.partition(".")
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (-1,)
 
 
 def _model_kind(path: Path) -> object:

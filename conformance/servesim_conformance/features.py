@@ -14,7 +14,11 @@ A tag is one of three kinds:
   runs, without the feature's argument, and is compared with the expected report as SPEC.md
   writes it when the feature is off (``trace``: R30, the report's ``trace`` is null).
 
-The list is the describe schema's enum (``schemas/harness/v4/describe.schema.json``); a test
+``timing.per_pool`` (R87, harness protocol 5) is behavioural: a case with one timing profile
+per pool (a ``timing-profiles/`` folder) passes ``--timing-profile POOL=FILE`` for each, which
+an implementation without the feature cannot take.
+
+The list is the describe schema's enum (``schemas/harness/v5/describe.schema.json``); a test
 checks the two agree.
 """
 
@@ -44,6 +48,7 @@ FEATURES: dict[str, Kind] = {
     "routing.random": Kind.BEHAVIOURAL,
     "routing.round_robin": Kind.BASELINE,
     "timing.grid": Kind.BEHAVIOURAL,
+    "timing.per_pool": Kind.BEHAVIOURAL,
     "timing.regression": Kind.BEHAVIOURAL,
     "timing.synthetic_linear": Kind.BASELINE,
     "trace": Kind.ADDITIVE,

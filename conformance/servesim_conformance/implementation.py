@@ -29,7 +29,7 @@ from servesim_conformance.schemas import validate_harness_document
 #: code 3, R38), 3 (protocol 2's command line; its harness documents close the feature list
 #: and add agreement figures to the run report) and 4 (protocol 3's command line and documents;
 #: ``timing.synthetic_linear`` is had only when declared, ``features.OMISSIBLE_FROM``).
-SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2, 3, 4)
+SUPPORTED_PROTOCOLS: tuple[int, ...] = (1, 2, 3, 4, 5)
 
 #: The first protocol with exit code 3 (R43): out-of-coverage cases need it.
 OUT_OF_COVERAGE_PROTOCOL = 2
@@ -230,25 +230,38 @@ class Implementation:
 #: Features whose cases may stop with exit code 3 (R43), which protocol 1 does not have.
 MEASURED_FEATURES = ("timing.grid", "timing.regression")
 
+#: Tags added to the closed list by a later protocol, and that protocol (R68): an
+#: implementation that speaks an older one cannot declare them.
+NEWER_FEATURES: dict[str, int] = {"timing.per_pool": 5}
+
 
 def protocol_problems(
     protocol: int, schema_versions: dict[str, list[str]], features: list[str]
 ) -> list[str]:
-    """R38: timing with measured profiles needs protocol 2, which has exit code 3 (R43).
+    """R38: timing with measured profiles needs protocol 2, which has exit code 3 (R43); and
+    R87: ``timing.per_pool`` is a tag of protocol 5, not on the list of an older protocol.
 
     Otherwise a protocol-1 implementation that never stops outside the coverage would pass: its
     out-of-coverage cases are skipped, and the other cases never leave the coverage.
     """
+    problems = []
+    for feature, since in NEWER_FEATURES.items():
+        if feature in features and protocol < since:
+            problems.append(
+                f"it declares {feature} but speaks protocol {protocol}; the tag is new in "
+                f"protocol {since} (R68, R87)"
+            )
     if protocol >= 2:
-        return []
+        return problems
     measured = [feature for feature in MEASURED_FEATURES if feature in features]
     if "1.1" in schema_versions["timing_profile"]:
         measured.append("timing profile 1.1")
     if not measured:
-        return []
+        return problems
     return [
+        *problems,
         f"it declares {', '.join(measured)} but speaks protocol 1; measured timing profiles "
-        "need protocol 2, whose exit code 3 stops a replay outside the coverage (R43)"
+        "need protocol 2, whose exit code 3 stops a replay outside the coverage (R43)",
     ]
 
 
@@ -260,8 +273,9 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
     migrate before comparing; a reader of timing profile 1.1 writes a report that can echo
     its calibration (2.0 or later); a reader of scenario or workload 1.1 one that can say
     what the KV cache did (3.0 or later, R52); a reader of scenario 1.2 one that can say
-    what state-aware routing saw (4.0 or later, R57); and a reader of scenario 1.3 or workload
-    1.2 one with a cut-off outcome, sessions and goodput (5.0, R64).
+    what state-aware routing saw (4.0 or later, R57); a reader of scenario 1.3 or workload
+    1.2 one with a cut-off outcome, sessions and goodput (5.0 or later, R64); and a reader of
+    scenario 1.4 one with pools and ranks (6.0, R85, R86).
     """
     problems = []
     unread = [kind for kind in INPUT_KINDS if "1.0" not in schema_versions[kind]]
@@ -305,5 +319,12 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
         problems.append(
             f"it reads {' and '.join(section_13)} but writes no report 5.0; an older report has "
             "no cut-off outcome, session or goodput (R64)"
+        )
+    if "1.4" in schema_versions["scenario"] and not any(
+        version_key(v) >= (6, 0) for v in schema_versions["report"]
+    ):
+        problems.append(
+            "it reads scenario 1.4 but writes no report 6.0; an older report has no pools or "
+            "ranks (R85, R86)"
         )
     return problems

@@ -96,6 +96,15 @@ def reads_sessions(description: Description) -> bool:
     )
 
 
+def reads_pools(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.4, the version with
+    pools, ranks and weighted round robin (R86), and scenario 1.2 and workload 1.1 (the cache
+    and routing members generated pool scenarios combine them with)."""
+    return reads_state_aware_routing(description) and (
+        description.declares("scenario", "1.4") and "1.4" in SUPPORTED_VERSIONS["scenario"]
+    )
+
+
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
     """The reference's report bytes for generated documents, in-process."""
     loaded = [

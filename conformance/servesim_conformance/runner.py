@@ -23,7 +23,7 @@ from servesim.contract.errors import InvalidInput
 from servesim.contract.migrations import CHAIN
 from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance.compare import first_difference
-from servesim_conformance.corpus import Case, Expect
+from servesim_conformance.corpus import POOL_PROFILES, Case, Expect
 from servesim_conformance.features import ADDITIVE, expected_without
 from servesim_conformance.implementation import Description, Implementation, Run
 from servesim_conformance.outcomes import CaseResult, Difference, Outcome
@@ -45,19 +45,38 @@ ADAPTER_BROKEN = (
 )
 
 
-def replay_arguments(folder: Path, *, trace: bool) -> list[str]:
-    """The arguments of ``servesim replay`` for the inputs copied into ``folder``."""
-    arguments = [
-        "--scenario",
-        str(folder / "scenario.json"),
-        "--workload",
-        str(folder / "workload.json"),
-        "--timing-profile",
-        str(folder / "timing-profile.json"),
-        "--output",
-        str(folder / REPORT_NAME),
-    ]
+def replay_arguments(folder: Path, *, trace: bool, pools: Iterable[str] = ()) -> list[str]:
+    """The arguments of ``servesim replay`` for the inputs copied into ``folder``: with
+    ``pools`` (R87), one ``--timing-profile POOL=PATH`` per pool, in the order given (bytewise,
+    as ``Case.pool_profiles`` has them), instead of the one ``timing-profile.json``."""
+    pools = list(pools)
+    profiles = [str(folder / "timing-profile.json")]
+    if pools:
+        profiles = [f"{pool}={folder / POOL_PROFILES / f'{pool}.json'}" for pool in pools]
+    arguments = ["--scenario", str(folder / "scenario.json")]
+    arguments += ["--workload", str(folder / "workload.json")]
+    for profile in profiles:
+        arguments += ["--timing-profile", profile]
+    arguments += ["--output", str(folder / REPORT_NAME)]
     return [*arguments, "--trace"] if trace else arguments
+
+
+def stage_inputs(case: Case, workdir: Path) -> list[str]:
+    """Copy every input file of ``case`` into ``workdir`` (R66), the per-pool profiles into
+    ``workdir/timing-profiles/`` (R87); the pools named, in the order to pass them."""
+    for path in case.input_paths().values():
+        shutil.copyfile(path, workdir / path.name)
+    pools = case.pool_profiles()
+    if pools:
+        (workdir / POOL_PROFILES).mkdir()
+        for path in pools.values():
+            shutil.copyfile(path, workdir / POOL_PROFILES / path.name)
+    return list(pools)
+
+
+def case_arguments(case: Case, workdir: Path, *, trace: bool) -> list[str]:
+    """``replay_arguments`` for ``case`` staged in ``workdir`` by ``stage_inputs``."""
+    return replay_arguments(workdir, trace=trace, pools=case.pool_profiles())
 
 
 def _details(implementation: Implementation, run: Run) -> dict[str, str]:
@@ -153,7 +172,7 @@ def run_valid(
     an implementation without an additive feature the case needs, exactly the expected report
     without what the feature adds."""
     without = compared_without(case, description)
-    run = implementation.run(replay_arguments(workdir, trace=_traced(case, description)))
+    run = implementation.run(case_arguments(case, workdir, trace=_traced(case, description)))
     result = _judge_valid_run(case, implementation, description, workdir, run, without)
     if not without:
         return result
@@ -252,7 +271,7 @@ def _run_expecting_no_report(
     """Run a case that must end without a report, judged by ``verdict`` on the exit code and
     whether a report file was left behind."""
     run = implementation.run(
-        replay_arguments(workdir, trace=case.valid and _traced(case, description))
+        case_arguments(case, workdir, trace=case.valid and _traced(case, description))
     )
     details = _details(implementation, run)
     problem = _process_problem(run, implementation)
@@ -299,7 +318,7 @@ def skip_reason(case: Case, description: Description) -> str | None:
         return f"needs undeclared features: {', '.join(missing)}"
     unread = [
         f"{kind} {version}"
-        for kind, version in case.input_versions().items()
+        for kind, version in dict.fromkeys(case.input_document_versions())
         if version in SUPPORTED_VERSIONS[kind] and not description.declares(kind, version)
     ]
     if unread:
@@ -335,8 +354,7 @@ def run_case(
         return CaseResult(case.id, tier, Outcome.SKIP, skipped)
     with tempfile.TemporaryDirectory(prefix="servesim-case-") as temporary:
         workdir = Path(temporary)
-        for path in case.input_paths().values():
-            shutil.copyfile(path, workdir / path.name)
+        stage_inputs(case, workdir)
         result = _run_in(case, implementation, description, workdir)
     result = dataclasses.replace(result, tier=tier)
     reason = (expected_failures or {}).get(case.id)

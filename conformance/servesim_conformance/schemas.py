@@ -14,7 +14,7 @@ from servesim.contract.schemas import schema_root
 #: The folder of the harness's working schemas: the newest protocol's. Its documents describe
 #: every protocol the harness speaks (the describe schema accepts protocol 1 as well as 2), so
 #: one set serves them all; the frozen copy of each protocol's is in ``released/harness/``.
-HARNESS_SCHEMAS = "harness/v4"
+HARNESS_SCHEMAS = "harness/v5"
 
 _FILES = {
     "describe": "describe.schema.json",

@@ -709,3 +709,71 @@ def session_input_triples(
         workload = {**workload, "schema_version": "1.2"}
     scenario = draw(load_controls(scenario, workload, closed_loop=closed_loop, stop=stop, slo=slo))
     return scenario, workload, timing
+
+
+# --- Pools and attention data parallelism (SPEC.md section 15) ----------------------------------
+
+#: Pool names (R77) to draw from: letters of both cases, digits, "_" and "-", so that bytewise
+#: order (R87) and alphabetical order differ.
+POOL_NAMES = ("a", "b", "H200", "h100", "_x-1")
+
+
+@st.composite
+def pool_limits(draw: st.DrawFn, scheduler: dict[str, Any]) -> dict[str, Any]:
+    """A pool's own ``scheduler`` (R77): limits no larger than the scenario's, so that every
+    step stays within a measured profile's coverage (R40), and the scenario's prefill mode."""
+    max_num_seqs = draw(st.integers(1, scheduler["max_num_seqs"]))
+    max_batched_tokens = draw(st.integers(max_num_seqs, scheduler["max_batched_tokens"]))
+    return {**scheduler, "max_num_seqs": max_num_seqs, "max_batched_tokens": max_batched_tokens}
+
+
+@st.composite
+def pools(
+    draw: st.DrawFn, name: str, scenario: dict[str, Any], *, weighted: bool
+) -> dict[str, Any]:
+    """One pool of R77: 1 or 2 workers of 1 to 3 ranks, now and then its own limits and, when
+    the scenario has a cache, its own cache of the same block size (prefix caching kept on
+    under ``cache_aware``, R77), and a weight under ``weighted_round_robin`` (R81). Shrinks
+    towards one worker of one rank with the scenario's limits and cache."""
+    pool: dict[str, Any] = {"name": name, "workers": draw(st.integers(1, 2))}
+    dp_size = draw(st.integers(1, 3))
+    if dp_size > 1 or draw(st.booleans()):
+        pool["dp_size"] = dp_size
+    if draw(st.booleans()):
+        pool["scheduler"] = draw(pool_limits(scenario["scheduler"]))
+    cache = scenario.get("kv_cache")
+    if cache is not None and draw(st.booleans()):
+        caching = cache["prefix_caching"] or draw(st.booleans())
+        if scenario["routing"]["policy"] == "cache_aware":
+            caching = True
+        blocks = max(1, cache["blocks"] + draw(st.integers(-2, 6)))
+        pool["kv_cache"] = {**cache, "blocks": blocks, "prefix_caching": caching}
+    if weighted and draw(st.booleans()):
+        pool["weight"] = draw(st.integers(1, 4))
+    return pool
+
+
+@st.composite
+def pool_input_triples(
+    draw: st.DrawFn, base: st.SearchStrategy[Documents] | None = None
+) -> Documents:
+    """(scenario 1.4 with a fleet of pools, workload, profile): a triple of ``base`` (any of
+    ``input_triples()``, ``kv_input_triples()`` and ``routed_input_triples()`` by default) whose
+    fleet becomes 2 or 3 pools (``pools``), or three times in ten one pool of ``fleet.workers``
+    with ``fleet.dp_size`` (R77), and whose round robin or random routing becomes weighted round
+    robin half the time (R81). The one timing profile times every pool (R84)."""
+    triples = st.one_of(input_triples(), kv_input_triples(), routed_input_triples())
+    scenario, workload, timing = draw(base if base is not None else triples)
+    scenario = copy.deepcopy(scenario)
+    if scenario["routing"]["policy"] in ("round_robin", "random") and draw(st.booleans()):
+        scenario["routing"] = {"policy": "weighted_round_robin"}
+    weighted = scenario["routing"]["policy"] == "weighted_round_robin"
+    if draw(st.integers(0, 9)) < 3:
+        scenario["fleet"] = {**scenario["fleet"], "dp_size": draw(st.integers(1, 3))}
+    else:
+        names = draw(st.lists(st.sampled_from(POOL_NAMES), min_size=2, max_size=3, unique=True))
+        scenario["fleet"] = {
+            "pools": [draw(pools(name, scenario, weighted=weighted)) for name in names]
+        }
+    scenario["schema_version"] = "1.4"
+    return scenario, workload, timing

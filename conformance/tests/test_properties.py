@@ -17,7 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from servesim_conformance import invariants
+from servesim_conformance import invariants, pool_invariants
 from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.properties import (
     Documents,
@@ -25,6 +25,7 @@ from servesim_conformance.properties import (
     at_current_version,
     input_bytes,
     reads_kv_cache,
+    reads_pools,
     reads_sessions,
     reads_state_aware_routing,
     reads_timing,
@@ -37,6 +38,7 @@ from servesim_conformance.strategies import (
     input_triples,
     kv_input_triples,
     measured_input_triples,
+    pool_input_triples,
     routed_input_triples,
     session_input_triples,
 )
@@ -360,3 +362,45 @@ def test_sessions_differential_against_reference(
     only when both read scenario 1.3 and workload 1.2)."""
     _needs_sessions(description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-sessions")
+
+
+# --- Pools and attention data parallelism (SPEC.md section 15) ----------------------------------
+
+
+def _needs_pools(description: Description, documents: Documents) -> None:
+    """Skip unless the implementation (and the reference) read scenario 1.4 (R86); reject a
+    generated example whose timing it does not run (``_runs_timing``)."""
+    if not reads_pools(description):
+        pytest.skip("the implementation does not declare scenario 1.4 (R86)")
+    _runs_timing(description, documents)
+
+
+@tier
+@given(documents=pool_input_triples())
+def test_pools_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R77 to R85 on 2 or 3 pools of 1 or 2 workers of 1 to 3 ranks (or one pool with
+    ``fleet.dp_size``), under every policy: a worker's ranks start and end each pass together
+    and its passes never overlap (R83); no rank's step exceeds its own pool's limits or cache
+    (R78); a request runs on its own worker and rank only (R78, R85); weighted round robin keeps
+    each worker within one request of its weight's share at every prefix (R81)."""
+    _needs_pools(description, documents)
+    scenario, _, _ = documents
+    report = runner.report(documents)
+    pool_invariants.check_pool_report(scenario, report)
+    invariants.check_token_times(report)
+
+
+@tier
+@given(documents=pool_input_triples())
+def test_pools_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on pools and ranks (only with
+    --differential, and only when both read scenario 1.4)."""
+    _needs_pools(description, documents)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-pools")

@@ -6,8 +6,9 @@ from typing import Any
 
 from servesim.contract.schemas import SUPPORTED_VERSIONS, WRITTEN_REPORT_VERSIONS
 
-#: The harness protocol this implementation speaks (conformance/README.md).
-PROTOCOL_VERSION = 2
+#: The harness protocol this implementation speaks (conformance/README.md): 5, whose one
+#: change from 2 that concerns the reference is the tag ``timing.per_pool`` (R87).
+PROTOCOL_VERSION = 5
 
 #: Every optional feature a golden case may need; the reference has them all.
 FEATURES: tuple[str, ...] = (
@@ -16,6 +17,7 @@ FEATURES: tuple[str, ...] = (
     "routing.random",
     "routing.round_robin",
     "timing.grid",
+    "timing.per_pool",
     "timing.regression",
     "timing.synthetic_linear",
     "trace",
@@ -23,7 +25,7 @@ FEATURES: tuple[str, ...] = (
 
 
 def description(version: str) -> dict[str, Any]:
-    """The ``--describe`` document (schemas/harness/v4/describe.schema.json).
+    """The ``--describe`` document (schemas/harness/v5/describe.schema.json).
 
     Inputs list every version read; the report lists the versions written (R38). Reading
     scenario 1.3 and workload 1.2 the reference writes report 5.0, as R38 requires of every

@@ -59,11 +59,19 @@ def _reference_report(arguments: list[str], *, trace: bool) -> bytes:
 
 
 def as_report_1_0(report: bytes) -> dict[str, Any]:
-    """The reference's report 5.0 written back as 1.0: without what 5.0 (R64), 4.0 (R57), 3.0
-    (R52) and 2.0 (R25, R30) added; the fakes run no cache, no section 13 inputs and route by
-    round robin or random, so the later members hold their values without them (R53, R57,
-    R64)."""
+    """The reference's report written back as 1.0: without what 6.0 (R85, when the reference
+    writes it), 5.0 (R64), 4.0 (R57), 3.0 (R52) and 2.0 (R25, R30) added; the fakes run one
+    pool of one-rank workers, no cache, no section 13 inputs and route by round robin or
+    random, so the later members hold their values without them (R53, R57, R64, R86)."""
     value: dict[str, Any] = json.loads(report)
+    value.pop("pools", None)
+    value["inputs"].pop("timing_profiles", None)
+    for request in value["requests"]:
+        request.pop("pool", None), request.pop("rank", None)
+    for worker in value["workers"]:
+        worker.pop("pool", None), worker.pop("pool_worker", None), worker.pop("ranks", None)
+    for entry in value["trace"] or []:
+        entry.pop("rank", None), entry.pop("duration_us", None)
     for request in value["requests"]:
         del request["reused_prompt_tokens"], request["preemptions"]
         del request["cached_blocks_at_routing"], request["session"]
@@ -120,6 +128,8 @@ def describe(mode: str) -> dict[str, Any]:
         described["features"].append("routing.randm")
     if mode in WITHOUT_TRACE:
         described["features"].remove("trace")
+    if described["protocol_version"] < 5:  # R87: the tag is new in protocol 5
+        described["features"] = [f for f in described["features"] if f != "timing.per_pool"]
     return described
 
 

@@ -11,8 +11,9 @@ hashes, SPEC.md R53), report 1.0 to 2.0 (the trace's step shapes and the calibra
 R25, R30), report 2.0 to 3.0 (the KV cache's members, R52, R53), scenario 1.1 to 1.2 (a relabel:
 1.2 added the state-aware routing policies, R57), report 3.0 to 4.0 (each request's
 ``cached_blocks_at_routing``, R57), scenario 1.2 to 1.3 and workload 1.1 to 1.2 (relabels: they
-added the closed loop, the stop time, the objectives and sessions, R64) and report 4.0 to 5.0
-(each request's ``session``, the summary's ``cut_off`` and ``tpot_us``, R64). The test
+added the closed loop, the stop time, the objectives and sessions, R64), report 4.0 to 5.0
+(each request's ``session``, the summary's ``cut_off`` and ``tpot_us``, R64) and report 5.0 to
+6.0 (the one pool ``"default"`` of one-rank workers, R85, R86). The test
 fixtures in ``tests/evolution_fixtures/`` exercise the machinery further with made-up scenario
 versions.
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servesim.contract.errors import InputProblem, InvalidInput
+from servesim.contract.r24 import ratio
 from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim.contract.tpot import tpot_sample, tpot_statistics
 
@@ -322,6 +324,119 @@ def report_4_0_to_5_0(report: Mapping[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+#: The pool a report 5.0 comes from: R77's one pool of a scenario with ``fleet.workers``.
+DEFAULT_POOL = "default"
+
+#: R85's members of a worker that a rank entry repeats for the rank alone (with ``rank``).
+_RANK_MEMBERS = (
+    "routed",
+    "completed",
+    "steps",
+    "busy_us",
+    "utilization",
+    "peak_running",
+    "peak_waiting",
+    "prefill_tokens",
+    "decode_tokens",
+    "output_tokens",
+    "kv_cache",
+)
+
+
+def report_5_0_to_6_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 5.0 to 6.0 (R86): the report of one pool ``"default"`` of one-rank workers.
+
+    Exact, not a guess: a 5.0 report comes from a scenario with ``fleet.workers`` and no
+    ``dp_size`` (scenario 1.4 and report 6.0 came together), which R77 makes one pool named
+    ``"default"`` whose workers have one rank each. A one-rank worker's rank is the worker
+    (R78), so the rank's entry holds the worker's own members, a pass is one step whose own
+    duration is the pass's (R83), every routed request joined rank 0, and the pool's entry is
+    R85's sums over all workers and completed requests. New members go where the canonical
+    order (R23) has them, so a canonical 5.0 report becomes a canonical 6.0 one.
+    """
+    upgraded = dict(report)
+    inputs = dict(report["inputs"])
+    profile = inputs["timing_profile"]
+    inputs = _with_member(
+        inputs,
+        "timing_profiles",
+        [
+            {
+                "calibration": profile["calibration"],
+                "pool": DEFAULT_POOL,
+                "sha256": profile["sha256"],
+            }
+        ],
+    )
+    upgraded["inputs"] = inputs
+    upgraded["requests"] = [_request_6_0(request) for request in report["requests"]]
+    upgraded["workers"] = [_worker_6_0(worker) for worker in report["workers"]]
+    if report.get("trace") is not None:
+        upgraded["trace"] = [_trace_entry_6_0(entry) for entry in report["trace"]]
+    return _with_member(upgraded, "pools", [_default_pool(report)])
+
+
+def _request_6_0(request: Mapping[str, Any]) -> dict[str, Any]:
+    """R86: ``pool`` ``"default"`` and ``rank`` 0, both null when ``worker`` is null."""
+    routed = request["worker"] is not None
+    with_pool = _with_member(request, "pool", DEFAULT_POOL if routed else None)
+    return _with_member(with_pool, "rank", 0 if routed else None)
+
+
+def _worker_6_0(worker: Mapping[str, Any]) -> dict[str, Any]:
+    """R86: ``pool``, ``pool_worker`` (the worker's index: the pool holds every worker) and the
+    one rank, whose members are the worker's own (R85: a worker's members are its ranks')."""
+    rank = {"rank": 0, **{name: copy.deepcopy(worker[name]) for name in _RANK_MEMBERS}}
+    upgraded = _with_member(worker, "pool", DEFAULT_POOL)
+    upgraded = _with_member(upgraded, "pool_worker", worker["worker"])
+    return _with_member(upgraded, "ranks", [dict(sorted(rank.items()))])
+
+
+def _trace_entry_6_0(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """R86: ``rank`` 0 and ``duration_us`` = ``end_us - start_us`` (a pass of one step ends
+    when its step does, and a cut step's ``end_us`` is the end it would have had, R62)."""
+    upgraded = _with_member(entry, "rank", 0)
+    return _with_member(upgraded, "duration_us", entry["end_us"] - entry["start_us"])
+
+
+def _default_pool(report: Mapping[str, Any]) -> dict[str, Any]:
+    """R85's ``pools`` entry of the one pool, from the 5.0 report's workers, requests and
+    summary: sums over the workers, token sums over the completed requests, and R24's
+    quotients over the summary's ``makespan_us``."""
+    workers = report["workers"]
+    completed_requests = [
+        request for request in report["requests"] if request["outcome"] == "completed"
+    ]
+    completed = sum(worker["completed"] for worker in workers)
+    output_tokens = sum(request["output_tokens"] for request in completed_requests)
+    busy_us = sum(worker["busy_us"] for worker in workers)
+    makespan_us = report["summary"]["makespan_us"]
+    caches = [worker["kv_cache"] for worker in workers]
+    kv_cache = None
+    if all(cache is not None for cache in caches):
+        kv_cache = {
+            "evictions": sum(cache["evictions"] for cache in caches),
+            "peak_blocks_in_use": max(cache["peak_blocks_in_use"] for cache in caches),
+            "preemptions": sum(cache["preemptions"] for cache in caches),
+            "reused_tokens": sum(cache["reused_tokens"] for cache in caches),
+        }
+    return {
+        "busy_us": busy_us,
+        "completed": completed,
+        "dp_size": 1,
+        "kv_cache": kv_cache,
+        "name": DEFAULT_POOL,
+        "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan_us),
+        "output_tokens": output_tokens,
+        "prompt_tokens": sum(request["prompt_tokens"] for request in completed_requests),
+        "request_throughput_per_s": ratio(completed * 1_000_000, makespan_us),
+        "routed": sum(worker["routed"] for worker in workers),
+        "steps": sum(worker["steps"] for worker in workers),
+        "utilization": ratio(busy_us, len(workers) * makespan_us),
+        "workers": len(workers),
+    }
+
+
 def _with_member(value: Mapping[str, Any], name: str, member: Any) -> dict[str, Any]:
     """``value`` with the member ``name`` put before the first member whose name sorts after it.
 
@@ -429,6 +544,18 @@ CHAIN = MigrationChain(
             "the summary (R64: a 4.0 report comes from inputs without sessions, closed loop, "
             "stop time or objectives)",
             upgrade=report_4_0_to_5_0,
+        ),
+        Migration(
+            kind="report",
+            source="5.0",
+            target="6.0",
+            summary='adds the one pool "default" of one-rank workers (R86: a 5.0 report comes '
+            "from a scenario with fleet.workers): inputs.timing_profiles from "
+            'inputs.timing_profile, pool "default" and rank 0 per routed request (null '
+            "otherwise), pool, pool_worker and one rank holding the worker's own members per "
+            "worker, rank 0 and duration_us = end_us - start_us per trace entry, and pools with "
+            "the one entry computed from the workers, the requests and the summary (R85)",
+            upgrade=report_5_0_to_6_0,
         ),
     ),
     current={kind: versions[-1] for kind, versions in SUPPORTED_VERSIONS.items()},

@@ -16,7 +16,7 @@ SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "scenario": ("1.0", "1.1", "1.2", "1.3"),
     "workload": ("1.0", "1.1", "1.2"),
     "timing_profile": ("1.0", "1.1"),
-    "report": ("1.0", "2.0", "3.0", "4.0", "5.0"),
+    "report": ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0"),
 }
 
 #: The report versions the reference writes (SPEC.md R31, R38): only the current one.
