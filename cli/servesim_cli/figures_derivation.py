@@ -30,6 +30,7 @@ from servesim_cli.figures_model import (
     GoodputFigures,
     Inputs,
     KvCacheFigures,
+    PoolFigures,
     ReportFigures,
     Statistics,
     Value,
@@ -87,6 +88,27 @@ def figures_of(value: Any, file: str) -> ReportFigures:
         cut_off=summary.get("cut_off", 0),
         sessions=len({r.get("session") for r in value["requests"]} - {None}),
         goodput=_goodput_figures(summary, makespan),
+        pools=tuple(_pool_figures(pool, makespan) for pool in value.get("pools", ())),
+    )
+
+
+def _pool_figures(pool: Mapping[str, Any], makespan_us: int) -> PoolFigures:
+    """R85's entry of one pool, its quotients recomputed exactly from its integers."""
+    cache = pool["kv_cache"]
+    return PoolFigures(
+        name=pool["name"],
+        workers=pool["workers"],
+        dp_size=pool["dp_size"],
+        routed=pool["routed"],
+        completed=pool["completed"],
+        output_tokens=pool["output_tokens"],
+        busy_us=pool["busy_us"],
+        utilization=_quotient(pool["busy_us"], pool["workers"] * makespan_us),
+        request_throughput_per_s=_quotient(pool["completed"] * 1_000_000, makespan_us),
+        output_token_throughput_per_s=_quotient(pool["output_tokens"] * 1_000_000, makespan_us),
+        kv_cache=None
+        if cache is None
+        else (cache["peak_blocks_in_use"], cache["preemptions"], cache["evictions"]),
     )
 
 

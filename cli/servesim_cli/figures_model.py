@@ -61,6 +61,26 @@ class KvCacheFigures:
 
 
 @dataclass(frozen=True)
+class PoolFigures:
+    """One pool of the fleet (R85): what it served and how busy its workers were. Only a
+    report 6.0 has pools; a fleet written as ``fleet.workers`` is the one pool ``"default"``."""
+
+    name: str
+    workers: int
+    dp_size: int
+    routed: int
+    completed: int
+    output_tokens: int
+    busy_us: int
+    #: ``busy_us`` over ``workers * makespan_us``, exact (R85 writes it rounded).
+    utilization: Value
+    request_throughput_per_s: Value
+    output_token_throughput_per_s: Value
+    #: ``(peak_blocks_in_use, preemptions, evictions)`` of its caches; ``None`` without one.
+    kv_cache: tuple[int, int, int] | None
+
+
+@dataclass(frozen=True)
 class GoodputFigures:
     """The requests that met the scenario's objectives (R63); only a report 5.0 of a scenario
     with ``slo`` has them."""
@@ -136,6 +156,13 @@ class ReportFigures:
     sessions: int = 0
     #: ``None`` without ``slo`` (every report before 5.0).
     goodput: GoodputFigures | None = None
+    #: R85's pools, in pool order; empty before report 6.0.
+    pools: tuple[PoolFigures, ...] = ()
+
+    def shows_pools(self) -> bool:
+        """Whether the fleet is more than R77's one pool of one-rank workers, so that a reader
+        learns something from a line per pool."""
+        return len(self.pools) > 1 or any(pool.dp_size > 1 for pool in self.pools)
 
     def latencies(self) -> tuple[tuple[str, Statistics], ...]:
         """Each latency by its short name, in the order a table shows them."""

@@ -96,6 +96,7 @@ def render(figures: ReportFigures) -> str:
         "",
         *_worker_lines(figures, show),
         *_kv_cache_lines(figures, show),
+        *_pool_lines(figures),
     ]
     return "\n".join(lines)
 
@@ -174,6 +175,28 @@ def _kv_cache_lines(figures: ReportFigures, show: Any) -> list[str]:
     ]
 
 
+def _pool_lines(figures: ReportFigures) -> list[str]:
+    """A line per pool (R85), when the fleet has several pools or ranks."""
+    if not figures.shows_pools():
+        return []
+    lines = ["", "pools"]
+    for pool in figures.pools:
+        cache = ""
+        if pool.kv_cache is not None:
+            peak, preemptions, evictions = pool.kv_cache
+            cache = (
+                f"; kv peak {peak:,} blocks, {preemptions:,} preemptions, {evictions:,} evictions"
+            )
+        lines.append(
+            f"  {pool.name}: {pool.workers:,} workers x {pool.dp_size} ranks; routed "
+            f"{pool.routed:,}, completed {pool.completed:,}; utilisation "
+            f"{shown(pool.utilization, 'percent', suffix=True)}; "
+            f"{shown(pool.request_throughput_per_s, 'per_s')} requests/s, "
+            f"{shown(pool.output_token_throughput_per_s, 'per_s')} output tokens/s{cache}"
+        )
+    return lines
+
+
 def as_json(figures: ReportFigures) -> dict[str, Any]:
     """The machine-readable summary: what was read, and every figure by its stable name."""
     inputs = figures.inputs
@@ -188,6 +211,19 @@ def as_json(figures: ReportFigures) -> dict[str, Any]:
             "calibration": None if inputs.calibration is None else json.loads(inputs.calibration),
         },
         "figures": {figure.key: json_number(figure.value) for figure in flat_figures(figures)},
+        "pools": [
+            {
+                "name": pool.name,
+                "workers": pool.workers,
+                "dp_size": pool.dp_size,
+                "routed": pool.routed,
+                "completed": pool.completed,
+                "utilization": json_number(pool.utilization),
+                "request_throughput_per_s": json_number(pool.request_throughput_per_s),
+                "output_token_throughput_per_s": json_number(pool.output_token_throughput_per_s),
+            }
+            for pool in figures.pools
+        ],
     }
 
 
