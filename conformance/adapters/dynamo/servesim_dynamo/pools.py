@@ -20,7 +20,7 @@ from servesim_dynamo.timeline import Timeline
 
 def pool_of_workers(fleet: Fleet) -> list[tuple[str, int]]:
     """Each worker's pool name and index within the pool, in global order (R78)."""
-    owners = []
+    owners: list[tuple[str, int]] = []
     for name, count in fleet.pools:
         owners.extend((name, index) for index in range(count))
     return owners

@@ -139,25 +139,25 @@ def match_records(
         rank = turns[worker] % dp_size
         turns[worker] += 1
         request = requests[position]
-        key = (
+        place: tuple[int, ...] = (
             worker,
             rank,
             request["arrival_us"] - first,
             request["prompt_tokens"],
             request["max_output_tokens"],
         )
-        wanted.setdefault(key, []).append(position)
+        wanted.setdefault(place, []).append(position)
     found: dict[tuple[int, ...], list[dict[str, Any]]] = {}
     for record in records:
         route = (record.get("routing_history") or [{}])[-1]
-        key = (
+        found_key = (
             int(route.get("logical_worker_id", -1)),
             int(route.get("dp_rank", -1)),
             microseconds(record["arrival_time_ms"], "an arrival"),
             int(record["input_length"]),
             int(record["requested_output_length"]),
         )
-        found.setdefault(key, []).append(record)
+        found.setdefault(found_key, []).append(record)
     result: list[dict[str, Any] | None] = [None] * len(requests)
     for key, positions in wanted.items():
         matches = found.pop(key, [])
