@@ -225,7 +225,8 @@ def worker_passes(requests: list[Placed], timing: FixedTiming) -> list[Pass]:
             continue
         bounds.append((at, end))
         at = end
-    return [Pass(start, end, _steps(served, start, end, timing)) for start, end in bounds]
+    ranks = _RankIndex(served)
+    return [Pass(start, end, ranks.steps(start, end, timing)) for start, end in bounds]
 
 
 def _running(firsts: list[int], lasts: list[int], at: int) -> bool:
@@ -233,29 +234,49 @@ def _running(firsts: list[int], lasts: list[int], at: int) -> bool:
     return bisect.bisect_right(firsts, at) - bisect.bisect_right(lasts, at) > 0
 
 
-def _steps(served: list[Placed], start: int, end: int, timing: FixedTiming) -> tuple[Step, ...]:
-    """Each rank's step of the pass ``start..end``: it prefills when one of its requests was
-    admitted at the start, decodes when one of them had its first token by the start and its
-    last one at or after the end; its own duration is the fixed model's (R83's d_r)."""
-    prefills, decodes = set(), set()
-    for request in served:
-        assert request.first_token_us is not None
-        assert request.last_token_us is not None
-        if request.first_admit_us == start:
-            prefills.add(request.rank)
-        elif request.first_token_us <= start and request.last_token_us >= end:
-            decodes.add(request.rank)
-    steps = tuple(
-        Step(rank, timing.prefill_us * (rank in prefills) + timing.decode_us * (rank in decodes))
-        for rank in sorted(prefills | decodes)
-    )
-    slowest = max(step.duration_us for step in steps)
-    if end - start != slowest:
-        raise DynamoResult(
-            f"the pass {start}..{end} us lasts {end - start} us, where its slowest rank's step "
-            f"lasts {slowest} us under the fixed model (R83)"
+class _RankIndex:
+    """Each rank's admissions and first and last token times, sorted, to say which ranks
+    prefilled and which decoded in a pass without scanning every request."""
+
+    def __init__(self, served: list[Placed]) -> None:
+        self.admitted: dict[int, set[int]] = {}
+        firsts: dict[int, list[int]] = {}
+        lasts: dict[int, list[int]] = {}
+        for request in served:
+            assert request.first_admit_us is not None
+            assert request.first_token_us is not None
+            assert request.last_token_us is not None
+            self.admitted.setdefault(request.first_admit_us, set()).add(request.rank)
+            firsts.setdefault(request.rank, []).append(request.first_token_us)
+            lasts.setdefault(request.rank, []).append(request.last_token_us)
+        self.firsts = {rank: sorted(times) for rank, times in firsts.items()}
+        self.lasts = {rank: sorted(times) for rank, times in lasts.items()}
+
+    def steps(self, start: int, end: int, timing: FixedTiming) -> tuple[Step, ...]:
+        """Each rank's step of the pass ``start..end``: it prefills when one of its requests
+        was admitted at the start, decodes when one of them had its first token by the start
+        and its last one after it (so at or after the end, tokens coming at pass ends); its
+        own duration is the fixed model's (R83's d_r)."""
+        prefills = self.admitted.get(start, set())
+        decodes = {
+            rank
+            for rank, firsts in self.firsts.items()
+            if _running(firsts, self.lasts[rank], start)
+        }
+        steps = tuple(
+            Step(
+                rank,
+                timing.prefill_us * (rank in prefills) + timing.decode_us * (rank in decodes),
+            )
+            for rank in sorted(prefills | decodes)
         )
-    return steps
+        slowest = max(step.duration_us for step in steps)
+        if end - start != slowest:
+            raise DynamoResult(
+                f"the pass {start}..{end} us lasts {end - start} us, where its slowest rank's "
+                f"step lasts {slowest} us under the fixed model (R83)"
+            )
+        return steps
 
 
 def timelines(requests: list[Placed], passes: list[Pass]) -> list[Timeline]:
