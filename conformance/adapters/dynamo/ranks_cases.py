@@ -47,12 +47,27 @@ class Case:
     limits: dict[str, Any] = field(default_factory=dict)
 
 
-def _fixed(seqs: int, budget: int, context: int) -> dict[str, Any]:
+def _fixed(seqs: int, budget: int, model_len: int) -> dict[str, Any]:
     """A grid equal to Dynamo's fixed model (README: the fixed form), covering the limits."""
     p, d = PREFILL_US, DECODE_US
+    context = seqs * model_len
     return {
         "document": "timing_profile",
-        "schema_version": "1.0",
+        "schema_version": "1.1",
+        "calibration": {
+            "engine": "dynamo-mocker-fixed",
+            "engine_version": "1.6.1",
+            "model": "none/fixed-timing",
+            "model_revision": "r1",
+            "gpu": "none",
+            "server_config_sha256": "0" * 63 + "3",
+            "source_sha256": "0" * 63 + "4",
+            "limits": {
+                "max_num_seqs": max(seqs, 2),
+                "max_batched_tokens": budget,
+                "max_model_len": model_len,
+            },
+        },
         "model": {
             "kind": "grid",
             "axes": {
@@ -174,8 +189,7 @@ def documents(case: Case) -> dict[str, dict[str, Any]]:
             for i, t, p, o in case.requests
         ],
     }
-    context = limits["max_num_seqs"] * limits["max_model_len"]
-    profile = _fixed(limits["max_num_seqs"], limits["max_batched_tokens"], context)
+    profile = _fixed(limits["max_num_seqs"], limits["max_batched_tokens"], limits["max_model_len"])
     return {"scenario": scenario, "workload": workload, "timing-profile": profile}
 
 
