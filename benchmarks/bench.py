@@ -201,9 +201,10 @@ def measure(command: list[str]) -> dict[str, Any]:
 
 
 def count_formed_steps() -> list[int] | None:
-    """Count the steps the reference's event loop forms one by one (one ``plan_run`` call
-    each, reference/servesim/engine/loop.py), a run of identical decode steps counting once;
-    None when the loop has no such hook to count at."""
+    """Count the steps and passes the reference's event loop forms one by one: one
+    ``plan_run`` call per step of a one-rank worker (reference/servesim/engine/loop.py), a run
+    of identical decode steps counting once, and one ``RankGroup.formed`` call per pass of a
+    worker of several ranks (engine/passes.py); None when the loop has no such hook."""
     try:
         from servesim.engine import loop
     except ImportError:
@@ -218,6 +219,17 @@ def count_formed_steps() -> list[int] | None:
         return original(*arguments, **options)
 
     loop.plan_run = counting
+    try:
+        from servesim.engine.passes import RankGroup
+    except ImportError:
+        return counter
+    formed = RankGroup.formed
+
+    def counting_pass(group: Any, *arguments: Any, **options: Any) -> Any:
+        counter[0] += 1
+        return formed(group, *arguments, **options)
+
+    RankGroup.formed = counting_pass  # type: ignore[method-assign]
     return counter
 
 
@@ -241,7 +253,9 @@ def child(arguments: argparse.Namespace) -> None:
     if arguments.implementation == "reference":
         from servesim_cli.main import main as servesim_main  # as `servesim replay` runs
 
-        servesim_main([*argv, "--quiet"])  # the replay alone, not its summary table
+        code = servesim_main([*argv, "--quiet"])  # the replay alone, not its summary table
+        if code:  # its message is on standard error; no figures without a report
+            raise SystemExit(code)
     else:
         namespace: dict[str, Any] = {"__name__": "plain_loop"}
         exec(compile(PLAIN_LOOP.read_text(), str(PLAIN_LOOP), "exec"), namespace)
