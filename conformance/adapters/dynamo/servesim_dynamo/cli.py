@@ -54,7 +54,8 @@ EXIT_UNWRITABLE = 4
 def description() -> dict[str, Any]:
     """The ``--describe`` answer: only what Dynamo does as SPEC.md says.
 
-    Protocol 4 (R38): it leaves out ``timing.synthetic_linear``, a model Dynamo does not have,
+    Protocol 5 (R38, R87; protocol 4's documents plus the tag ``timing.per_pool``, which it
+    leaves out): it leaves out ``timing.synthetic_linear``, a model Dynamo does not have,
     so the synthetic cases are skipped rather than refused one by one; it reads timing profile
     1.1 for ``timing.grid`` (exit 3 is protocol 2's; it never exits 3 itself, for it refuses
     any grid whose coverage is narrower than the scheduler's limits). Not declared:
