@@ -247,8 +247,12 @@ def pools_paragraph(run: dict[str, Any]) -> list[str]:
         scenario_file = GOLDEN / case["id"] / "scenario.json"
         if not scenario_file.is_file():
             continue
-        fleet = json.loads(scenario_file.read_text()).get("fleet", {})
-        if "pools" in fleet or fleet.get("dp_size", 1) > 1:
+        try:  # an invalid case's scenario may be anything
+            fleet = json.loads(scenario_file.read_text()).get("fleet", {})
+            ranked = "pools" in fleet or fleet.get("dp_size", 1) != 1
+        except (ValueError, AttributeError, TypeError):
+            continue
+        if ranked:
             outcomes.setdefault(case["outcome"], []).append(case["id"])
     counted = ", ".join(f"{len(ids)} {outcome}" for outcome, ids in sorted(outcomes.items()))
     passed = ", ".join(f"`{case}`" for case in outcomes.get("pass", [])) or "none"
