@@ -20,7 +20,6 @@ from servesim.contract.model import (
     Slo,
 )
 
-
 #: R77: the most workers of all pools together, and the most ranks (workers times dp_size).
 MAX_FLEET_WORKERS = 65_536
 MAX_FLEET_RANKS = 1 << 20

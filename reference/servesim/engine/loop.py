@@ -138,7 +138,8 @@ def make_workers(
                         workload.prefix_hash_block_tokens,
                         prefixes,
                         first_blocks,
-                        registry_watched=scenario.routing.state_aware,  # read mid-run: no run evicts
+                        # read mid-run: no run evicts
+                        registry_watched=scenario.routing.state_aware,
                     )
                 worker = Worker(
                     index,
