@@ -189,7 +189,7 @@ def build_page(
         "and `timing.per_pool` (R87): the cases timed by servesim's synthetic model, the smoke "
         "cases among them, are skipped; the fixed-pass twins (`valid/fixed-pass-*`) judge it on "
         "the same rules. The Mooncake trace, byte for byte: MOONCAKE.md (and with attention-DP "
-        "ranks: MOONCAKE-DP2.md); sessions on real traces: SESSIONS.md.",
+        "ranks: MOONCAKE-DP2.md, MOONCAKE-DP4.md); sessions on real traces: SESSIONS.md.",
         "",
         *pools_paragraph(run),
         "",
