@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from servesim.contract.documents import Document
 from servesim.contract.errors import OutOfCoverage, ServesimError
@@ -161,9 +162,11 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _replay(arguments: argparse.Namespace) -> int:
     """Read, simulate, write the report and print its summary; the exit code."""
+    pools: list[Any] = []
     try:
         documents = read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile)
         scenario, workload, profiles = documents
+        pools = scenario.value["fleet"].get("pools", [])
         for profile in profiles.values() if isinstance(profiles, Mapping) else [profiles]:
             _warn_about_coverage(scenario, workload, profile)
         report = replay_chunks(
@@ -173,7 +176,8 @@ def _replay(arguments: argparse.Namespace) -> int:
         )
     except OutOfCoverage as error:
         print("servesim: a step is outside the timing profile's coverage:", file=sys.stderr)
-        for line in error.lines(_profile_of_worker(arguments.timing_profile, error.worker)):
+        profile_file = _profile_of_worker(arguments.timing_profile, pools, error.worker)
+        for line in error.lines(profile_file):
             print(f"  {line}", file=sys.stderr)
         return EXIT_OUT_OF_COVERAGE
     except ServesimError as error:
@@ -197,12 +201,17 @@ def _replay(arguments: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _profile_of_worker(profiles: str | dict[str, str], worker: int) -> str:
-    """R84: the file of the profile that times ``worker`` (its pool's, when named per pool)."""
+def _profile_of_worker(profiles: str | dict[str, str], pools: list[Any], worker: int) -> str:
+    """R84: the file of the profile that times ``worker``: its pool's, when named per pool
+    (workers are numbered across pools in pool order, R78)."""
     if isinstance(profiles, str):
         return profiles
-    names = list(profiles)
-    return ", ".join(f"{name}={profiles[name]}" for name in names)
+    first = 0
+    for pool in pools or [{"name": "default", "workers": worker + 1}]:
+        first += pool["workers"]
+        if worker < first:
+            return f"{profiles[pool['name']]} (pool {pool['name']})"
+    raise AssertionError(f"worker {worker} is in no pool")
 
 
 def _to_standard_output(path: str) -> bool:
