@@ -25,6 +25,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ADAPTER = HERE / "adapter.py"
+GOLDEN = HERE.parents[2] / "golden" / "valid"
+
+#: The golden cases in Dynamo's fixed form, replayed again with their workers halved (at least
+#: one) and two ranks each: the same requests through ranks, sessions and the closed loop.
+FIXED_FORM = ("dynamo-fixed-", "fixed-pass-")
 
 PREFILL_US = 300
 DECODE_US = 200
@@ -223,6 +228,43 @@ def replay(command: list[str], folder: Path, name: str) -> tuple[dict[str, Any] 
     return json.loads(output.read_bytes()), ""
 
 
+def ranked_twin(case: Path, folder: Path) -> None:
+    """The golden ``case`` with ``fleet.dp_size`` 2 on half its workers (scenario 1.4)."""
+    scenario = json.loads((case / "scenario.json").read_text())
+    workers = scenario["fleet"]["workers"]
+    scenario["schema_version"] = "1.4"
+    scenario["fleet"] = {"workers": max(1, workers // 2), "dp_size": 2}
+    (folder / "scenario.json").write_text(json.dumps(scenario, indent=1))
+    for name in ("workload.json", "timing-profile.json"):
+        (folder / name).write_text((case / name).read_text())
+
+
+def compare_twins(temporary: Path) -> list[tuple[str, str]]:
+    """Each fixed-form golden case's dp-2 twin through both: same bytes, or what differs."""
+    from servesim_conformance.compare import first_difference
+
+    rows = []
+    for case in sorted(GOLDEN.iterdir()):
+        if not case.name.startswith(FIXED_FORM):
+            continue
+        folder = temporary / f"dp2-{case.name}"
+        folder.mkdir()
+        ranked_twin(case, folder)
+        dynamo, why_dynamo = replay([sys.executable, str(ADAPTER)], folder, "dynamo")
+        reference, why_ref = replay(
+            [sys.executable, "-m", "servesim_cli", "replay", "--quiet"], folder, "reference"
+        )
+        if dynamo is None or reference is None:
+            verdict = f"reference {why_ref or 'exit 0'}; Dynamo {why_dynamo or 'exit 0'}"
+        elif (folder / "dynamo.json").read_bytes() == (folder / "reference.json").read_bytes():
+            verdict = "**same bytes**"
+        else:
+            verdict = f"differ: {first_difference(reference, dynamo)}"
+        rows.append((case.name, verdict))
+        print(f"dp2 {case.name} | {verdict}", flush=True)
+    return rows
+
+
 def main() -> int:
     from servesim_conformance.compare import first_difference
 
@@ -252,7 +294,8 @@ def main() -> int:
                 same = f"differ: {first_difference(reference, dynamo)}"
             rows.append((case, dyn, ref, same))
             print(case.name, "|", dyn, "|", ref, "|", same, flush=True)
-    (HERE / "RANKS.md").write_text(_page(rows))
+        twins = compare_twins(Path(temporary))
+    (HERE / "RANKS.md").write_text(_page(rows, twins))
     return 0
 
 
@@ -263,7 +306,7 @@ def _verdict(actual: Placements, wanted: Placements) -> str:
     return f"NOT as derived: {wrong}"
 
 
-def _page(rows: list[tuple[Case, str, str, str]]) -> str:
+def _page(rows: list[tuple[Case, str, str, str]], twins: list[tuple[str, str]]) -> str:
     lines = [
         "# Dynamo's attention-DP ranks against SPEC.md section 15",
         "",
@@ -281,7 +324,21 @@ def _page(rows: list[tuple[Case, str, str, str]]) -> str:
     ]
     for case, dyn, ref, same in rows:
         lines.append(f"| {case.name} | {case.rules} | {dyn} | {ref} | {same} |")
-    lines.append("")
+    lines += [
+        "",
+        "## The golden fixed-form cases on workers of two ranks",
+        "",
+        "Each golden case in Dynamo's fixed form (`valid/dynamo-fixed-*`, `valid/fixed-pass-*`) "
+        "with `fleet.dp_size` 2 on half its workers (at least one): the same requests through "
+        "ranks (and, where the case has them, sessions and the closed loop). No hand "
+        "derivation: the reference's report against Dynamo's. Where they differ, the case's "
+        "own difference in RESULTS.md is the reason (the same differences as with one rank).",
+        "",
+        "| case, dp 2 | reports |",
+        "|---|---|",
+        *[f"| {name} | {verdict.replace('|', '/')} |" for name, verdict in twins],
+        "",
+    ]
     for case, _dyn, _ref, _same in rows:
         lines += [f"## {case.name}", "", case.derivation, ""]
     return "\n".join(lines)

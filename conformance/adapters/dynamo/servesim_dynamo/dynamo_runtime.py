@@ -100,8 +100,8 @@ def run_trace(
                 capture_per_request=True,
                 replay_concurrency=concurrency,
             )
-        except (RuntimeError, ValueError) as error:
-            raise DynamoResult(f"Dynamo's session replay failed: {error}") from None
+        except Exception as error:  # Dynamo raises bare Exception for a bad trace too
+            raise DynamoResult(f"Dynamo's replay failed: {error}") from None
     value = report.to_dict() if hasattr(report, "to_dict") else report
     records: list[dict[str, Any]] = list(value["per_request"])
     return records
