@@ -5,6 +5,7 @@
     python benchmarks/bench.py --only kv  # the KV cache section alone (benchmarks/bench_kv.py)
     python benchmarks/bench.py --only routing  # state-aware routing (benchmarks/bench_routing.py)
     python benchmarks/bench.py --only sessions  # closed loop, stop time (bench_sessions.py)
+    python benchmarks/bench.py --only pools  # pools and attention-DP ranks (bench_pools.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default the copies shipped in
 benchmarks/traces/ (their sources and licences: benchmarks/traces/README.md); the shipped ones
@@ -211,17 +212,52 @@ def measure(command: list[str]) -> dict[str, Any]:
     return figures
 
 
+def count_formed_steps() -> list[int] | None:
+    """Count the steps and passes the reference's event loop forms one by one: one
+    ``plan_run`` call per step of a one-rank worker (reference/servesim/engine/loop.py), a run
+    of identical decode steps counting once, and one ``RankGroup.formed`` call per pass of a
+    worker of several ranks (engine/passes.py); None when the loop has no such hook."""
+    try:
+        from servesim.engine import loop
+    except ImportError:
+        return None
+    original = getattr(loop, "plan_run", None)
+    if original is None:
+        return None
+    counter = [0]
+
+    def counting(*arguments: Any, **options: Any) -> Any:
+        counter[0] += 1
+        return original(*arguments, **options)
+
+    loop.plan_run = counting
+    try:
+        from servesim.engine.passes import RankGroup
+    except ImportError:
+        return counter
+    formed = RankGroup.formed
+
+    def counting_pass(group: Any, *arguments: Any, **options: Any) -> Any:
+        counter[0] += 1
+        return formed(group, *arguments, **options)
+
+    RankGroup.formed = counting_pass  # type: ignore[method-assign]
+    return counter
+
+
 def child(arguments: argparse.Namespace) -> None:
     """In the child: replay once and print wall and CPU seconds, counts and peak RSS."""
+    counter = count_formed_steps() if arguments.implementation == "reference" else None
     started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    # R84: one --timing-profile FILE, or one POOL=FILE per pool
+    profiles = [part for timing in arguments.timing for part in ("--timing-profile", timing)]
     argv = [
         "replay",
         "--scenario",
         arguments.scenario,
         "--workload",
         arguments.workload,
-        "--timing-profile",
-        arguments.timing,
+        *profiles,
         "--output",
         arguments.output,
     ]
@@ -229,7 +265,9 @@ def child(arguments: argparse.Namespace) -> None:
     if arguments.implementation == "reference":
         from servesim_cli.main import main as servesim_main  # as `servesim replay` runs
 
-        servesim_main([*argv, "--quiet"])  # the replay alone, not its summary table
+        code = servesim_main([*argv, "--quiet"])  # the replay alone, not its summary table
+        if code:  # its message is on standard error; no figures without a report
+            raise SystemExit(code)
     else:
         namespace: dict[str, Any] = {"__name__": "plain_loop"}
         exec(compile(PLAIN_LOOP.read_text(), str(PLAIN_LOOP), "exec"), namespace)
@@ -262,6 +300,8 @@ def child(arguments: argparse.Namespace) -> None:
     figures["ttft_p99_us"] = summary["ttft_us"]["p99"]
     figures["busy_us"] = [worker["busy_us"] for worker in report["workers"]]
     figures["makespan_us"] = summary["makespan_us"]
+    if counter is not None:
+        figures["formed_steps"] = counter[0]
     print(json.dumps(figures))
 
 
@@ -275,9 +315,11 @@ def run(
     implementation: str = "reference",
     timing: dict[str, Any] = TIMING,
     setup: tuple[str, dict[str, Any]] | None = None,
+    pool_timings: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One replay in a child process; ``setup``, a tag and a scenario, replaces
-    ``scenario(workers)``."""
+    ``scenario(workers)``; ``pool_timings`` names a profile per pool (R84) instead of
+    ``timing``."""
     kind = timing["model"]["kind"]
     tag, scenario_document = setup or (f"s{workers}", scenario(workers))
     paths = {
@@ -297,6 +339,12 @@ def run(
         implementation,
         *(f"--{key}={value}" for key, value in paths.items()),
     ]
+    if pool_timings is not None:  # R84: one POOL=FILE per pool instead of the one FILE
+        command = [part for part in command if not part.startswith("--timing=")]
+        for pool, profile in pool_timings.items():
+            path = folder / f"t-{tag}-{pool}.json"
+            path.write_text(json.dumps(profile))
+            command.append(f"--timing={pool}={path}")
     figures = measure([*command, "--trace"] if trace else command)
     figures["report"] = paths["output"]
     return figures
@@ -538,6 +586,29 @@ def routing_section(folder: Path, limit: int | None) -> None:
     section(hashed, scenario(WORKERS), replay)
 
 
+def pools_section(folder: Path, limit: int | None) -> None:
+    """The pools and ranks section (benchmarks/bench_pools.py) on the Mooncake trace: 16 ranks
+    as 16, 8 and 4 workers, and two pools of different speed, against the one-pool replay."""
+    from bench_pools import pools_section as section
+
+    print("\n== pools and attention-DP ranks (issue 23) ==")
+    workload = import_trace("mooncake", folder)
+    workload = tiled(workload, limit) if limit else workload
+    name = f"mooncake-{len(workload['requests'])}"
+
+    def replay(
+        tag: str, setup: dict[str, Any], profiles: dict[str, dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        workers = sum(pool["workers"] for pool in setup["fleet"].get("pools", [setup["fleet"]]))
+        figures = run(
+            folder, name, workload, workers, trace=False, setup=(tag, setup), pool_timings=profiles
+        )
+        figures.pop("report").unlink()
+        return figures
+
+    section(workload, scenario(16), TIMING, replay, line)
+
+
 def arrivals_of(report: Path) -> list[int]:
     """Each request's ``arrival_us`` in a report, read in a child process: parsing a 48 MB
     report here would raise this process's peak RSS, which every child started after it
@@ -593,8 +664,9 @@ def main() -> int:
     )
     parser.add_argument("--short", action="store_true", help="small slices, for CI")
     parser.add_argument("--child", choices=["reference", "plain"], dest="implementation")
-    for option in ("scenario", "workload", "timing", "output"):
+    for option in ("scenario", "workload", "output"):
         parser.add_argument(f"--{option}")
+    parser.add_argument("--timing", action="append", default=[])
     parser.add_argument("--trace", action="store_true")
     parser.add_argument(
         "--traces",
@@ -608,9 +680,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["kv", "routing", "sessions"],
+        choices=["kv", "routing", "sessions", "pools"],
         help="measure only this section (kv: the KV cache, issue 10; routing: state-aware "
-        "routing, issue 11; sessions: closed loop and stop time, issue 13)",
+        "routing, issue 11; sessions: closed loop and stop time, issue 13; pools: pools and "
+        "attention-DP ranks, issue 23)",
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -649,6 +722,9 @@ def main() -> int:
             return 0
         if arguments.only == "sessions":
             sessions_section(folder, limit)
+            return 0
+        if arguments.only == "pools":
+            pools_section(folder, limit)
             return 0
         print("\n== real traces ==")
         for source in SOURCES:
@@ -699,6 +775,7 @@ def main() -> int:
         kv_section(folder, limit)
         routing_section(folder, limit)
         sessions_section(folder, limit)
+        pools_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(
             folder, short=arguments.short, plain_loop=[str(PLAIN_LOOP), *PLAIN_LOOP_REPORT]

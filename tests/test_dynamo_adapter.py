@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from servesim.contract.canonical import canonical_bytes
 from servesim_conformance.features import available_features
 from servesim_conformance.implementation import version_problems
 from servesim_conformance.properties import at_current_version
@@ -201,17 +200,16 @@ def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:
 def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The adapter writes report 5.0 (R38: it reads scenario 1.3 and workload 1.2; R52's
-    members from Dynamo's admissions, their no-cache values; R57's null under round robin;
-    sessions and the closed loop from Dynamo's multi-turn replay; R63's objectives read off
-    the report), which is canonical (R23) and, migrated to 6.0 as the harness migrates it (R86:
-    one pool of one-rank workers), the golden report byte for byte."""
+    """The adapter writes report 6.0 (R38, R86: it reads scenario 1.4; R52's members from
+    Dynamo's admissions, their no-cache values; R57's null under round robin; sessions and the
+    closed loop from Dynamo's multi-turn replay; R63's objectives read off the report; the one
+    pool of one-rank workers by the reference's R86 migration), the golden report byte for
+    byte."""
     code, report = replay_with_fixture(case, tmp_path, monkeypatch)
     assert code == cli.EXIT_OK
     written = report.read_bytes()
-    assert json.loads(written)["schema_version"] == "5.0"
-    assert canonical_bytes(json.loads(written)) + b"\n" == written
-    assert at_current_version(written) == (GOLDEN / case / "expected-report.json").read_bytes()
+    assert json.loads(written)["schema_version"] == "6.0"
+    assert written == (GOLDEN / case / "expected-report.json").read_bytes()
 
 
 def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(
@@ -309,23 +307,22 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     description = cli.description()
     assert validate_harness_document("describe", description) == []
     assert description["features"] == ["timing.grid"]
-    # R38: protocol 4, so leaving out timing.synthetic_linear skips the synthetic cases
-    assert description["protocol_version"] == 4
+    # R38: protocol 4 or later, so leaving out timing.synthetic_linear skips the synthetic
+    # cases; protocol 5 (R87) without timing.per_pool, which Dynamo cannot express
+    assert description["protocol_version"] == 5
     assert "timing.synthetic_linear" not in available_features(
         description["features"], description["protocol_version"]
     )
 
 
-def test_describe_reads_sessions_and_scenario_1_3_writes_report_5_0_not_scenario_1_1_or_1_2() -> (
-    None
-):
-    """R38, R64: reading workload 1.2 and scenario 1.3 it writes report 5.0; scenario 1.1 only
-    adds kv_cache, which the adapter cannot state, and 1.2 only the state-aware policies, which
-    it refuses."""
+def test_describe_reads_scenario_1_4_writes_report_6_0_not_scenario_1_1_or_1_2() -> None:
+    """R38, R64, R86: reading workload 1.2 and scenario 1.3 and 1.4 it writes report 6.0;
+    scenario 1.1 only adds kv_cache, which the adapter cannot state, and 1.2 only the
+    state-aware policies, which it refuses."""
     versions = cli.description()["schema_versions"]
-    assert versions["report"] == ["5.0"]
+    assert versions["report"] == ["6.0"]
     assert versions["workload"] == ["1.0", "1.1", "1.2"]
-    assert versions["scenario"] == ["1.0", "1.3"]
+    assert versions["scenario"] == ["1.0", "1.3", "1.4"]
     assert version_problems(versions) == []
 
 

@@ -185,10 +185,13 @@ def build_page(
         f"**Outcome: {counted}**" + (f" (also {others})" if others else "") + ".",
         "",
         "How the adapter works, and which Dynamo API produced each figure: see README.md here. "
-        "The adapter speaks harness protocol 4 and leaves out `timing.synthetic_linear` (R38): "
-        "the cases timed by servesim's synthetic model, the smoke cases among them, are skipped; "
-        "the fixed-pass twins (`valid/fixed-pass-*`) judge it on the same rules. The Mooncake "
-        "trace, byte for byte: MOONCAKE.md; sessions on real traces: SESSIONS.md.",
+        "The adapter speaks harness protocol 5 and leaves out `timing.synthetic_linear` (R38) "
+        "and `timing.per_pool` (R87): the cases timed by servesim's synthetic model, the smoke "
+        "cases among them, are skipped; the fixed-pass twins (`valid/fixed-pass-*`) judge it on "
+        "the same rules. The Mooncake trace, byte for byte: MOONCAKE.md (and with attention-DP "
+        "ranks: MOONCAKE-DP2.md, MOONCAKE-DP4.md); sessions on real traces: SESSIONS.md.",
+        "",
+        *pools_paragraph(run),
         "",
         "## Differences found",
         "",
@@ -234,6 +237,33 @@ def build_page(
     if problems:
         lines += ["## Stale", "", *[f"- {problem}" for problem in problems], ""]
     return "\n".join(lines), problems
+
+
+def pools_paragraph(run: dict[str, Any]) -> list[str]:
+    """What the run says of the corpus's cases with pools or ranks (scenario 1.4, R77-R86),
+    and where the rank cases Dynamo can run are compared (RANKS.md)."""
+    outcomes: dict[str, list[str]] = {}
+    for case in run["cases"]:
+        scenario_file = GOLDEN / case["id"] / "scenario.json"
+        if not scenario_file.is_file():
+            continue
+        try:  # an invalid case's scenario may be anything
+            fleet = json.loads(scenario_file.read_text()).get("fleet", {})
+            ranked = "pools" in fleet or fleet.get("dp_size", 1) != 1
+        except (ValueError, AttributeError, TypeError):
+            continue
+        if ranked:
+            outcomes.setdefault(case["outcome"], []).append(case["id"])
+    counted = ", ".join(f"{len(ids)} {outcome}" for outcome, ids in sorted(outcomes.items()))
+    passed = ", ".join(f"`{case}`" for case in outcomes.get("pass", [])) or "none"
+    return [
+        "**Pools and ranks (scenario 1.4).** Corpus cases with `fleet.pools` or "
+        f"`fleet.dp_size` > 1: {counted or 'none'}; passed: {passed}. The corpus's rank and "
+        "pool cases are timed by synthetic_linear profiles or give a profile per pool, which "
+        "Dynamo cannot run (synthetic-timing, pools-one-engine), so their fixed-form twins, "
+        "hand-derived, are compared in RANKS.md (`ranks_cases.py`, run by `tox -e dynamo` "
+        "after this page): Dynamo's reports and the reference's, byte for byte.",
+    ]
 
 
 def main() -> int:

@@ -11,26 +11,38 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from servesim.contract.canonical import canonical_bytes, write_atomically
-from servesim.contract.documents import read_document
+from servesim.contract.documents import Document, read_document
 from servesim.contract.errors import InvalidInput
+from servesim.contract.migrations import CHAIN
 from servesim_dynamo import NAME, dynamo_runtime
 from servesim_dynamo.kv import check_kv_cache
 from servesim_dynamo.mapping import (
+    FixedTiming,
+    Fleet,
     Unsupported,
     check_scenario,
     fixed_timing,
+    fleet_shape,
+    limits,
     placement,
     replay_spec,
 )
+from servesim_dynamo.pools import with_pools
+from servesim_dynamo.ranks import Pass, Placed, match_records, timelines, worker_passes
+from servesim_dynamo.ranks import placed as placed_record
 from servesim_dynamo.report import as_report_5, build_report
-from servesim_dynamo.sessions import needs_release, release
+from servesim_dynamo.sessions import needs_release, release, replay_records, run_records
 from servesim_dynamo.timeline import DynamoResult, Timeline, read_worker
+
+#: R84: an argument is ``POOL=FILE`` when the text before its first ``=`` is a pool name (R77).
+POOL_FORM = re.compile(r"[A-Za-z0-9_-]{1,64}=")
 
 EXIT_OK = 0
 EXIT_DYNAMO = 1
@@ -42,7 +54,8 @@ EXIT_UNWRITABLE = 4
 def description() -> dict[str, Any]:
     """The ``--describe`` answer: only what Dynamo does as SPEC.md says.
 
-    Protocol 4 (R38): it leaves out ``timing.synthetic_linear``, a model Dynamo does not have,
+    Protocol 5 (R38, R87; protocol 4's documents plus the tag ``timing.per_pool``, which it
+    leaves out): it leaves out ``timing.synthetic_linear``, a model Dynamo does not have,
     so the synthetic cases are skipped rather than refused one by one; it reads timing profile
     1.1 for ``timing.grid`` (exit 3 is protocol 2's; it never exits 3 itself, for it refuses
     any grid whose coverage is narrower than the scheduler's limits). Not declared:
@@ -56,18 +69,21 @@ def description() -> dict[str, Any]:
     concurrency mode and its objectives are read off the report (sessions.py, report.py); its
     stop time is refused by name. Workload 1.1 is (without a cache its ``prefix_hashes``
     change nothing, R47, R53), and so is 1.2, whose sessions run through Dynamo's multi-turn
-    replay. The report is 5.0 (R38, R64), its cache members those of a replay without a cache
-    and ``cached_blocks_at_routing`` null (round robin).
+    replay. Scenario 1.4 is (protocol 5, report 6.0, R86): ``fleet.dp_size`` and a fleet of
+    alike pools run as Dynamo's attention-DP workers (ranks.py); pools that differ, weights
+    that differ, and a profile per pool (``timing.per_pool``, not declared) are refused by
+    name (mapping.fleet_shape). The report is 6.0, its cache members those of a replay
+    without a cache and ``cached_blocks_at_routing`` null (round robin).
     """
     return {
         "name": NAME,
         "version": f"ai-dynamo {dynamo_runtime.version()}",
-        "protocol_version": 4,
+        "protocol_version": 5,
         "schema_versions": {
-            "scenario": ["1.0", "1.3"],
+            "scenario": ["1.0", "1.3", "1.4"],
             "workload": ["1.0", "1.1", "1.2"],
             "timing_profile": ["1.0", "1.1"],
-            "report": ["5.0"],
+            "report": ["6.0"],
         },
         "features": ["timing.grid"],
     }
@@ -81,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--scenario", metavar="FILE")
     parser.add_argument("--workload", metavar="FILE")
-    parser.add_argument("--timing-profile", metavar="FILE")
+    parser.add_argument("--timing-profile", metavar="FILE", action="append")
     parser.add_argument("--output", metavar="FILE")
     parser.add_argument(
         "--trace", action="store_true", help="accepted; Dynamo has no step trace (trace is null)"
@@ -92,45 +108,102 @@ def _parser() -> argparse.ArgumentParser:
 
 def replay(scenario_path: str, workload_path: str, profile_path: str) -> bytes:
     """The report bytes for three input files; raises InvalidInput, Unsupported, DynamoResult."""
-    scenario = read_document(scenario_path, "scenario")
-    workload = read_document(workload_path, "workload")
-    profile = read_document(profile_path, "timing_profile")
+    return replay_documents(
+        read_document(scenario_path, "scenario"),
+        read_document(workload_path, "workload"),
+        read_document(profile_path, "timing_profile"),
+    )
+
+
+def replay_documents(scenario: Document, workload: Document, profile: Document) -> bytes:
+    """The report bytes for three documents read and checked (R1 to R5)."""
     check_scenario(scenario.value)
     check_kv_cache(scenario.value)
-    timing = fixed_timing(profile.value, scenario.value["scheduler"])
+    fleet = fleet_shape(scenario.value)
+    timing = fixed_timing(profile.value, limits(scenario.value))
     requests = workload.value["requests"]
-    workers = scenario.value["fleet"]["workers"]
-    released = None
-    if needs_release(scenario.value, workload.value):
-        # R59, R61: when each request arrives, and where, from Dynamo's multi-turn replay
-        released = release(scenario.value, requests, timing)
-        requests = [
-            {**request, "arrival_us": at}
-            for request, at in zip(requests, released.arrival_us, strict=True)
-        ]
-        placed: list[list[int]] = [[] for _ in range(workers)]
-        for position in sorted(range(len(requests)), key=lambda p: requests[p]["arrival_us"]):
-            placed[released.worker[position]].append(position)
+    passes: list[list[Pass]] | None = None
+    if fleet.dp_size > 1:
+        # R78, R83: ranks share one pass barrier, so a worker cannot be replayed alone by
+        # the per-token runtime (one DP1 worker only); ranks.py reads the documented replay
+        by_worker, passes = _ranked(scenario.value, workload.value, requests, timing, fleet)
+        released_at = {t.id: t.arrival_us for worker in by_worker for t in worker}
+        requests = [{**request, "arrival_us": released_at[request["id"]]} for request in requests]
     else:
-        placed = placement(requests, workers)
-    by_worker: list[list[Timeline]] = []
-    for index, positions in enumerate(placed):
-        if not positions:
-            by_worker.append([])
-            continue
-        output = dynamo_runtime.run(replay_spec(scenario.value, requests, positions, timing))
-        by_worker.append(read_worker(output, index))
-    if released is not None:
-        _check_agreement(requests, by_worker, released.terminal_us)
+        requests, by_worker = _one_rank(scenario.value, workload.value, requests, timing, fleet)
     value = build_report(
         {"scenario": scenario.data, "workload": workload.data, "timing_profile": profile.data},
         profile.value.get("calibration"),
         requests,
         by_worker,
         timing,
+        None if passes is None else [[(p.start_us, p.end_us) for p in w] for w in passes],
     )
-    data: bytes = canonical_bytes(as_report_5(value, requests, scenario.value))
+    report_5 = as_report_5(value, requests, scenario.value)
+    report_6 = dict(CHAIN.migrate(report_5, "report", "6.0").document)
+    data: bytes = canonical_bytes(with_pools(report_6, fleet, by_worker, passes))
     return data + b"\n"
+
+
+def _one_rank(
+    scenario: dict[str, Any],
+    workload: dict[str, Any],
+    requests: list[dict[str, Any]],
+    timing: FixedTiming,
+    fleet: Fleet,
+) -> tuple[list[dict[str, Any]], list[list[Timeline]]]:
+    """Workers of one rank: each worker's requests through the per-token runtime (exact,
+    for workers never interact under round robin), with sessions' arrivals from the
+    multi-turn replay first. Returns the requests (arrivals as released) and the timelines."""
+    released = None
+    if needs_release(scenario, workload):
+        # R59, R61: when each request arrives, and where, from Dynamo's multi-turn replay
+        released = release(scenario, requests, timing)
+        requests = [
+            {**request, "arrival_us": at}
+            for request, at in zip(requests, released.arrival_us, strict=True)
+        ]
+        placed: list[list[int]] = [[] for _ in range(fleet.workers)]
+        for position in sorted(range(len(requests)), key=lambda p: requests[p]["arrival_us"]):
+            placed[released.worker[position]].append(position)
+    else:
+        placed = placement(requests, fleet.workers)
+    by_worker: list[list[Timeline]] = []
+    for index, positions in enumerate(placed):
+        if not positions:
+            by_worker.append([])
+            continue
+        output = dynamo_runtime.run(replay_spec(scenario, requests, positions, timing))
+        by_worker.append(read_worker(output, index))
+    if released is not None:
+        _check_agreement(requests, by_worker, released.terminal_us)
+    return requests, by_worker
+
+
+def _ranked(
+    scenario: dict[str, Any],
+    workload: dict[str, Any],
+    requests: list[dict[str, Any]],
+    timing: FixedTiming,
+    fleet: Fleet,
+) -> tuple[list[list[Timeline]], list[list[Pass]]]:
+    """Workers of several ranks through the documented replay (ranks.py): each worker's
+    timelines and passes."""
+    if needs_release(scenario, workload):
+        records = replay_records(scenario, requests, timing)
+    else:
+        records = match_records(
+            run_records(scenario, requests, timing), requests, fleet.workers, fleet.dp_size
+        )
+    first = min(request["arrival_us"] for request in requests)
+    grouped: list[list[Placed]] = [[] for _ in range(fleet.workers)]
+    for request, record in zip(requests, records, strict=True):
+        one = placed_record(record, request["id"], first, fleet.dp_size)
+        if not 0 <= one.worker < fleet.workers:
+            raise DynamoResult(f"request {one.id!r}: Dynamo placed it on worker {one.worker}")
+        grouped[one.worker].append(one)
+    passes = [worker_passes(worker, timing) for worker in grouped]
+    return [timelines(w, p) for w, p in zip(grouped, passes, strict=True)], passes
 
 
 def _check_agreement(
@@ -157,8 +230,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = (arguments.scenario, arguments.workload, arguments.timing_profile, arguments.output)
     if any(path is None for path in paths):
         parser.error("--scenario, --workload, --timing-profile and --output are required")
+    profiles = arguments.timing_profile or []
+    if len(profiles) != 1 or POOL_FORM.match(profiles[0]):
+        # R84, R87: the per-pool form gives one argument per pool; timing.per_pool is not
+        # declared, for Dynamo's aggregated replay times every worker by one model
+        print(
+            f"{NAME}: unsupported feature timing.per_pool: Dynamo's aggregated replay takes one "
+            "timing model for all its workers; give one --timing-profile FILE",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
     try:
-        data = replay(arguments.scenario, arguments.workload, arguments.timing_profile)
+        data = replay(arguments.scenario, arguments.workload, profiles[0])
     except InvalidInput as error:
         print(f"{NAME}: invalid input:\n{error}", file=sys.stderr)
         return EXIT_INVALID

@@ -72,10 +72,13 @@ def run_trace(
     *,
     concurrency: int | None,
     block_size: int,
+    dp_size: int = 1,
 ) -> list[dict[str, Any]]:
     """Dynamo's documented multi-worker replay of a Mooncake trace (``run_trace_replay``, round
     robin) with multi-turn sessions (``session_id``, ``delay``) and, given ``concurrency``, its
-    closed loop (``replay_concurrency``): the per-request records, in no particular order."""
+    closed loop (``replay_concurrency``), each worker with ``dp_size`` attention-DP ranks (one
+    scheduler and cache per rank, one pass barrier per worker): the per-request records, in no
+    particular order."""
     import tempfile
 
     os.environ.setdefault("DYN_LOG", "error")
@@ -90,15 +93,15 @@ def run_trace(
         try:
             report = run_trace_replay(
                 [path],
-                extra_engine_args={"engine": engine},
+                extra_engine_args={"engine": engine, "dp_size": dp_size},
                 num_workers=workers,
                 router_mode="round_robin",
                 trace_block_size=block_size,
                 capture_per_request=True,
                 replay_concurrency=concurrency,
             )
-        except (RuntimeError, ValueError) as error:
-            raise DynamoResult(f"Dynamo's session replay failed: {error}") from None
+        except Exception as error:  # Dynamo raises bare Exception for a bad trace too
+            raise DynamoResult(f"Dynamo's replay failed: {error}") from None
     value = report.to_dict() if hasattr(report, "to_dict") else report
     records: list[dict[str, Any]] = list(value["per_request"])
     return records

@@ -9,6 +9,7 @@ is refused with the feature's name (exit 2), never approximated.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +125,17 @@ UNSUPPORTED_POLICIES: dict[str, str] = {
 def check_scenario(scenario: dict[str, Any]) -> None:
     """Refuse the scheduler and routing features Dynamo does not have as SPEC.md says."""
     policy = scenario["routing"]["policy"]
-    if policy != "round_robin":
+    fleet_shape(scenario)  # refuses the fleets of pools Dynamo cannot state (R77)
+    if policy == "weighted_round_robin":
+        weights = {pool.get("weight", 1) for pool in scenario["fleet"]["pools"]}
+        if len(weights) > 1:
+            raise Unsupported(
+                "routing.weighted_round_robin",
+                "Dynamo's routers are round robin and kv_router; neither takes weights, so "
+                "R81's shares can be stated only when every pool's weight is the same, where "
+                "R81 is R13's round robin",
+            )
+    elif policy != "round_robin":
         raise Unsupported(f"routing.{policy}", UNSUPPORTED_POLICIES[policy])
     if "stop_at_us" in scenario:
         raise Unsupported(
@@ -133,7 +144,7 @@ def check_scenario(scenario: dict[str, Any]) -> None:
             "max_sim_time_ms (documented replay only) records no token times to cut at it "
             "(R62)",
         )
-    prefill = scenario["scheduler"]["prefill"]
+    prefill = limits(scenario)["prefill"]
     if prefill["mode"] == "chunked":
         raise Unsupported(
             "prefill.chunked",
@@ -142,9 +153,80 @@ def check_scenario(scenario: dict[str, Any]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """A fleet as Dynamo's aggregated replay can run it: ``workers`` alike, ``dp_size`` ranks
+    each (R77, R78), and the pools they belong to, in pool order (name, worker count)."""
+
+    workers: int
+    dp_size: int
+    pools: tuple[tuple[str, int], ...]
+
+
+#: R77's one pool of a scenario written with ``fleet.workers``.
+DEFAULT_POOL = "default"
+
+
+def fleet_shape(scenario: dict[str, Any]) -> Fleet:
+    """The fleet of a scenario, or Unsupported when its pools are not alike.
+
+    Dynamo's aggregated replay (``run_trace_replay`` / ``run_mocker_trace_replay``, and the
+    per-token runtime's ``aggregated`` topology) takes one engine configuration for all
+    ``num_workers`` workers: one ``extra_engine_args`` with one ``engine`` (limits, cache, timing
+    model) and one ``dp_size``. Workers of different limits, caches, rank counts or timing
+    exist in Dynamo only as its disaggregated prefill and decode pools, through both of which
+    every request passes: not R77's pools, each of which serves requests whole. So several
+    pools can be stated only when they are alike (same limits, same ``dp_size``, no cache of
+    their own): then they are one Dynamo fleet of the summed workers, numbered in pool order
+    as R78 numbers them, and round robin over them is R80's.
+    """
+    fleet = scenario["fleet"]
+    if "pools" not in fleet:
+        workers = fleet["workers"]
+        return Fleet(workers, fleet.get("dp_size", 1), ((DEFAULT_POOL, workers),))
+    pools = fleet["pools"]
+    for pool in pools:
+        if "kv_cache" in pool:
+            raise Unsupported(
+                "kv_cache",
+                f"pool {pool['name']!r} has a KV cache; Dynamo records no blocks in use per "
+                "pass (R52), see kv.py",
+            )
+    sizes = {pool.get("dp_size", 1) for pool in pools}
+    limits = {_canonical(pool.get("scheduler", scenario["scheduler"])) for pool in pools}
+    if len(sizes) > 1 or len(limits) > 1:
+        raise Unsupported(
+            "fleet.pools",
+            "the pools differ in dp_size or scheduler limits; Dynamo's aggregated replay takes "
+            "one engine configuration (one extra_engine_args: one engine, one dp_size) for all "
+            "its workers, and its only pools of different workers are the disaggregated "
+            "prefill and decode pools, which split every request between them (not R77's "
+            "pools)",
+        )
+    return Fleet(
+        sum(pool["workers"] for pool in pools),
+        sizes.pop(),
+        tuple((pool["name"], pool["workers"]) for pool in pools),
+    )
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def limits(scenario: dict[str, Any]) -> dict[str, Any]:
+    """The scheduler limits of every worker: the scenario's, or the pools' own (alike,
+    ``fleet_shape``)."""
+    pools = scenario["fleet"].get("pools")
+    own: dict[str, Any] = (
+        scenario["scheduler"] if not pools else pools[0].get("scheduler", scenario["scheduler"])
+    )
+    return own
+
+
 def engine_args(scenario: dict[str, Any], timing: FixedTiming) -> dict[str, Any]:
-    """Dynamo's engine arguments for one worker of the scenario."""
-    scheduler = scenario["scheduler"]
+    """Dynamo's engine arguments for one worker (one rank) of the scenario."""
+    scheduler = limits(scenario)
     context = scheduler["max_num_seqs"] * scheduler["max_model_len"]
     blocks = min(MAX_GPU_BLOCKS, -(-context // BLOCK_SIZE) + scheduler["max_num_seqs"])
     return {

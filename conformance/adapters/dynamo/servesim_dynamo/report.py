@@ -52,7 +52,7 @@ def _passes(timelines: list[Timeline], timing: FixedTiming) -> list[tuple[int, i
     return passes
 
 
-def _peak_running(timelines: list[Timeline], passes: list[tuple[int, int]]) -> int:
+def peak_running(timelines: list[Timeline], passes: list[tuple[int, int]]) -> int:
     """R29: the most requests admitted by a pass's start and not completed before its end.
 
     A request that completed before a pass's end did so at an earlier pass's end, so it was
@@ -68,7 +68,7 @@ def _peak_running(timelines: list[Timeline], passes: list[tuple[int, int]]) -> i
     return peak
 
 
-def _peak_waiting(timelines: list[Timeline]) -> int:
+def peak_waiting(timelines: list[Timeline]) -> int:
     """R29: after each arrival, the requests that arrived up to it and are admitted later.
 
     Arrivals at one instant count cumulatively; a request admitted at the instant it arrives
@@ -119,9 +119,14 @@ def _request_entry(request: dict[str, Any], timeline: Timeline) -> dict[str, Any
 
 
 def _worker_entry(
-    index: int, timelines: list[Timeline], timing: FixedTiming, makespan_us: int
+    index: int,
+    timelines: list[Timeline],
+    timing: FixedTiming,
+    makespan_us: int,
+    passes: list[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
-    passes = _passes(timelines, timing)
+    if passes is None:
+        passes = _passes(timelines, timing)
     busy = sum(end - start for start, end in passes)
     completed = [t for t in timelines if t.status == "completed"]
     outputs = sum(len(t.token_times_us) for t in completed)
@@ -133,8 +138,8 @@ def _worker_entry(
         "steps": len(passes),
         "busy_us": busy,
         "utilization": ratio(busy, makespan_us),
-        "peak_running": _peak_running(timelines, passes),
-        "peak_waiting": _peak_waiting(timelines),
+        "peak_running": peak_running(timelines, passes),
+        "peak_waiting": peak_waiting(timelines),
         "prefill_tokens": 0,  # filled in by build_report, which knows the prompts
         "decode_tokens": outputs - len(prefills),
         "output_tokens": outputs,
@@ -148,8 +153,11 @@ def build_report(
     requests: list[dict[str, Any]],
     by_worker: list[list[Timeline]],
     timing: FixedTiming,
+    passes: list[list[tuple[int, int]]] | None = None,
 ) -> dict[str, Any]:
-    """The report value of a replay: ``requests`` are the workload's, in workload order."""
+    """The report value of a replay: ``requests`` are the workload's, in workload order;
+    ``passes`` each worker's (start, end) passes when they are not read off its token times
+    (a worker of several ranks, ranks.py)."""
     timelines = {t.id: t for worker in by_worker for t in worker}
     missing = [request["id"] for request in requests if request["id"] not in timelines]
     if missing:
@@ -182,7 +190,9 @@ def build_report(
     prompts = {request["id"]: request["prompt_tokens"] for request in requests}
     workers = []
     for index, worker_timelines in enumerate(by_worker):
-        worker = _worker_entry(index, worker_timelines, timing, makespan)
+        worker = _worker_entry(
+            index, worker_timelines, timing, makespan, None if passes is None else passes[index]
+        )
         worker["prefill_tokens"] = sum(
             prompts[t.id] for t in worker_timelines if t.status == "completed"
         )

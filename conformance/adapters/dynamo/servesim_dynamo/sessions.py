@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from servesim_dynamo import dynamo_runtime
-from servesim_dynamo.mapping import BLOCK_SIZE, FixedTiming, Unsupported, engine_args, to_ms
+from servesim_dynamo.mapping import (
+    BLOCK_SIZE,
+    FixedTiming,
+    Unsupported,
+    engine_args,
+    fleet_shape,
+    to_ms,
+)
 from servesim_dynamo.timeline import DynamoResult, microseconds
 
 #: The session id Dynamo is given for a request without one (ids are 1 to 128 characters from
@@ -69,25 +76,43 @@ def _rows(requests: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tu
     return rows, keys
 
 
-def release(
+def run_records(
     scenario: dict[str, Any], requests: list[dict[str, Any]], timing: FixedTiming
-) -> Released:
-    """Each request's arrival, worker and end in Dynamo's multi-turn (and closed-loop) replay."""
-    rows, keys = _rows(requests)
+) -> list[dict[str, Any]]:
+    """Dynamo's per-request records of the documented replay of ``requests``, in no order."""
+    rows, _keys = _rows(requests)
     loop = scenario.get("closed_loop")
-    records = dynamo_runtime.run_trace(
+    fleet = fleet_shape(scenario)
+    return dynamo_runtime.run_trace(
         rows,
         engine_args(scenario, timing),
-        scenario["fleet"]["workers"],
+        fleet.workers,
         concurrency=None if loop is None else loop["max_in_flight"],
         block_size=BLOCK_SIZE,
+        dp_size=fleet.dp_size,
     )
-    by_key = {(str(r["session_id"]), int(r["turn_index"])): r for r in records}
+
+
+def replay_records(
+    scenario: dict[str, Any], requests: list[dict[str, Any]], timing: FixedTiming
+) -> list[dict[str, Any]]:
+    """Dynamo's per-request records of the documented multi-worker replay, in workload order:
+    round robin over the fleet's workers with their ``dp_size`` ranks (``extra_engine_args``'s
+    ``dp_size``), each request a session of its own unless the workload gives it one, and
+    with a closed loop its ``replay_concurrency``."""
+    _, keys = _rows(requests)
+    loop = scenario.get("closed_loop")
+    records = run_records(scenario, requests, timing)
+    by_key = {
+        (str(r["session_id"]), int(r["turn_index"])): r
+        for r in records
+        if r["turn_index"] is not None
+    }
     missing = [key for key in keys if key not in by_key]
     if missing:
         raise DynamoResult(f"Dynamo's session replay recorded no turn {missing[:3]}")
     first = min(request["arrival_us"] for request in requests)
-    arrival, worker, terminal = [], [], []
+    ordered = []
     for request, key in zip(requests, keys, strict=True):
         record = by_key[key]
         what = f"{request['id']} (session {key[0]!r}, turn {key[1]})"
@@ -98,7 +123,20 @@ def release(
                 f"turn {what} is recorded at {request['arrival_us']} us, after its release at "
                 f"{at} us; R59 takes the later of the two, Dynamo's sessions only the delay",
             )
-        arrival.append(at)
+        ordered.append(record)
+    return ordered
+
+
+def release(
+    scenario: dict[str, Any], requests: list[dict[str, Any]], timing: FixedTiming
+) -> Released:
+    """Each request's arrival, worker and end in Dynamo's multi-turn (and closed-loop) replay."""
+    records = replay_records(scenario, requests, timing)
+    first = min(request["arrival_us"] for request in requests)
+    arrival, worker, terminal = [], [], []
+    for request, record in zip(requests, records, strict=True):
+        what = request["id"]
+        arrival.append(first + microseconds(record["arrival_time_ms"], f"arrival of {what}"))
         worker.append(int(record["decode_worker_idx"]))
         terminal.append(first + microseconds(record["terminal_time_ms"], f"end of {what}"))
     return Released(arrival_us=arrival, worker=worker, terminal_us=terminal)

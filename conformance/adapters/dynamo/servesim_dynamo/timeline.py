@@ -35,6 +35,8 @@ class Timeline:
     token_times_us: tuple[int, ...]
     cache: CacheRecord
     """Prompt tokens reused at each admission (SPEC.md R48, R52)."""
+    rank: int = 0
+    """The attention-DP rank of its worker it joined (R80); 0 on a worker of one rank."""
 
 
 #: How many units in the last place a time Dynamo reports may lie from a whole microsecond.
