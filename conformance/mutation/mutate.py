@@ -438,6 +438,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="print the mutant ids and stop")
     parser.add_argument(
+        "--id",
+        action="append",
+        dest="ids",
+        metavar="ID",
+        help="judge only this mutant (module:line:col:operator; repeatable; overrides --sample)",
+    )
+    parser.add_argument(
         "--recheck-equivalent",
         action="store_true",
         help="judge the mutants equivalent.json lists too, and flag any that is killed (STALE)",
@@ -453,19 +460,28 @@ def main(argv: list[str] | None = None) -> int:
         print(resummarise(arguments.output))
         return 0
 
-    paths = engine_modules() if not arguments.modules else [_path(m) for m in arguments.modules]
+    named = arguments.modules or sorted({i.rsplit(":", 3)[0] for i in arguments.ids or ()})
+    paths = [_path(m) for m in named] if named else engine_modules()
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        parser.error(f"no such module: {', '.join(missing)}")
     equivalent = load_equivalent()
     totals: dict[str, int] = {}
     chosen: list[tuple[Mutant, Path]] = []
     for path in paths:
         mutants = enumerate_mutants(path.read_text(), module_name(path))
         totals[module_name(path)] = len(mutants)
-        if arguments.sample is not None and len(mutants) > arguments.sample:
+        if arguments.ids:
+            mutants = [mutant for mutant in mutants if mutant.id in arguments.ids]
+        elif arguments.sample is not None and len(mutants) > arguments.sample:
             drawn = random.Random(f"{arguments.seed}:{module_name(path)}").sample(
                 range(len(mutants)), arguments.sample
             )
             mutants = [mutants[index] for index in sorted(drawn)]
         chosen += [(mutant, path) for mutant in mutants]
+    unknown = set(arguments.ids or ()) - {mutant.id for mutant, _ in chosen}
+    if unknown:
+        parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
     if arguments.list:
         for mutant, _ in chosen:
             print(mutant.id)
