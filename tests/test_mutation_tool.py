@@ -145,3 +145,34 @@ def test_the_equivalent_list_names_real_mutants(mutate: ModuleType) -> None:
     for entry in entries:
         assert entry["id"] in known, entry["id"]
         assert entry["reason"].strip()
+
+
+def test_combine_keeps_the_last_judgement_and_every_total(
+    mutate: ModuleType, tmp_path: Path
+) -> None:
+    def run(folder: str, totals: dict[str, int], results: list[tuple[str, str]]) -> Path:
+        path = tmp_path / folder
+        path.mkdir()
+        run = {"sample": None, "seed": 0, "wall_s": 60.0, "totals": totals}
+        (path / "run.json").write_text(json.dumps(run))
+        entries = [
+            {
+                "id": i,
+                "module": i.rsplit(":", 3)[0],
+                "status": s,
+                "judge": "conform",
+                "detail": "",
+                "seconds": 1.0,
+            }
+            for i, s in results
+        ]
+        (path / "results.json").write_text(json.dumps(entries))
+        return path
+
+    first = run("first", {"m": 3}, [("m:1:1:int+1", "survived"), ("m:2:1:int+1", "killed")])
+    second = run("second", {"n": 1}, [("m:1:1:int+1", "killed"), ("n:1:1:int-1", "timeout")])
+    summary = mutate.combine([first, second], tmp_path / "out")
+    assert "Sample: 2 runs combined; wall time 2.0 min." in summary
+    assert "| m | 3 | 2 | 2 | 0 | 0 | 0 | 100.0 % |" in summary
+    assert "| n | 1 | 1 | 0 | 1 | 0 | 0 | 100.0 % |" in summary
+    assert json.loads((tmp_path / "out" / "survivors.json").read_text()) == []

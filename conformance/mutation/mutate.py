@@ -380,13 +380,12 @@ def load_equivalent() -> dict[str, str]:
 
 
 def _summary(
-    results: list[Result], totals: dict[str, int], sample: int | None, seed: int, wall: float
+    results: list[Result], totals: dict[str, int], sample: int | str | None, seed: int, wall: float
 ) -> str:
     lines = [
         "# Mutation testing of the reference, judged by `servesim conform`",
         "",
-        f"Sample: {'every mutant' if sample is None else f'{sample} per module, seed {seed}'}; "
-        f"wall time {wall / 60:.1f} min.",
+        f"Sample: {_sample_text(sample, seed)}; wall time {wall / 60:.1f} min.",
         "",
         "| module | mutants (all) | judged | killed | timeouts | equivalent | survived "
         "| kill rate |",
@@ -420,6 +419,13 @@ def _summary(
 _STATUSES = ("killed", "timeout", "equivalent", "survived")
 
 
+def _sample_text(sample: int | str | None, seed: int) -> str:
+    """How the judged mutants were chosen: every one, a seeded sample, or (``combine``) text."""
+    if sample is None:
+        return "every mutant"
+    return sample if isinstance(sample, str) else f"{sample} per module, seed {seed}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -438,6 +444,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="print the mutant ids and stop")
     parser.add_argument(
+        "--id",
+        action="append",
+        dest="ids",
+        metavar="ID",
+        help="judge only this mutant (module:line:col:operator; repeatable; overrides --sample)",
+    )
+    parser.add_argument(
         "--recheck-equivalent",
         action="store_true",
         help="judge the mutants equivalent.json lists too, and flag any that is killed (STALE)",
@@ -447,25 +460,45 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="judge nothing: rewrite the summary in --output with today's equivalent list",
     )
+    parser.add_argument(
+        "--combine",
+        action="append",
+        type=Path,
+        metavar="FOLDER",
+        help="judge nothing: merge the results of earlier runs' --output folders (repeatable; "
+        "a mutant judged twice keeps its last result) into --output, with today's equivalent list",
+    )
     parser.add_argument("--output", type=Path, default=Path("mutation-results"), help="folder")
     arguments = parser.parse_args(argv)
     if arguments.resummarise:
         print(resummarise(arguments.output))
         return 0
+    if arguments.combine:
+        print(combine(arguments.combine, arguments.output))
+        return 0
 
-    paths = engine_modules() if not arguments.modules else [_path(m) for m in arguments.modules]
+    named = arguments.modules or sorted({i.rsplit(":", 3)[0] for i in arguments.ids or ()})
+    paths = [_path(m) for m in named] if named else engine_modules()
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        parser.error(f"no such module: {', '.join(missing)}")
     equivalent = load_equivalent()
     totals: dict[str, int] = {}
     chosen: list[tuple[Mutant, Path]] = []
     for path in paths:
         mutants = enumerate_mutants(path.read_text(), module_name(path))
         totals[module_name(path)] = len(mutants)
-        if arguments.sample is not None and len(mutants) > arguments.sample:
+        if arguments.ids:
+            mutants = [mutant for mutant in mutants if mutant.id in arguments.ids]
+        elif arguments.sample is not None and len(mutants) > arguments.sample:
             drawn = random.Random(f"{arguments.seed}:{module_name(path)}").sample(
                 range(len(mutants)), arguments.sample
             )
             mutants = [mutants[index] for index in sorted(drawn)]
         chosen += [(mutant, path) for mutant in mutants]
+    unknown = set(arguments.ids or ()) - {mutant.id for mutant, _ in chosen}
+    if unknown:
+        parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
     if arguments.list:
         for mutant, _ in chosen:
             print(mutant.id)
@@ -544,6 +577,24 @@ def resummarise(output: Path) -> str:
         if result.status == "survived" and result.id in equivalent:
             result.status, result.judge, result.detail = "equivalent", "list", equivalent[result.id]
     return _write(output, results, json.loads((output / "run.json").read_text()))
+
+
+def combine(folders: list[Path], output: Path) -> str:
+    """One summary of several runs (each an ``--output`` folder): their results, a mutant
+    judged in more than one keeping the last folder's, every module's total, their summed wall
+    time; then ``resummarise``, so that a survivor today's list explains counts as equivalent."""
+    by_id: dict[str, Result] = {}
+    totals: dict[str, int] = {}
+    wall = 0.0
+    for folder in folders:
+        run = json.loads((folder / "run.json").read_text())
+        totals.update(run["totals"])
+        wall += run["wall_s"]
+        for entry in json.loads((folder / "results.json").read_text()):
+            by_id[entry["id"]] = Result(**entry)
+    run = {"sample": f"{len(folders)} runs combined", "seed": 0, "wall_s": round(wall, 1)}
+    _write(output, list(by_id.values()), {**run, "totals": totals})
+    return resummarise(output)
 
 
 def _path(module: str) -> Path:
