@@ -19,7 +19,7 @@ from servesim_conformance.evolution.cli import add_schema_arguments, run_schema
 from tests.evolution_fixtures import SCENARIO_1_4, SCENARIO_2_0
 from tests.helpers import REPO
 
-SCENARIO_1_3 = REPO / "schemas" / "v1" / "scenario.schema.json"
+SCENARIO_1_3 = REPO / "schemas" / "released" / "1.3" / "scenario.schema.json"
 REPORT_1_0 = REPO / "schemas" / "v1" / "report.schema.json"
 
 

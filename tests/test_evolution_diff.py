@@ -442,7 +442,9 @@ def test_compatible_verdict_is_never_contradicted(
 
 # --- the deliberate evolution of the scenario (tests/evolution_fixtures) ----------------------
 
-SCENARIO_1_3 = json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8"))
+SCENARIO_1_3 = json.loads(
+    (REPO / "schemas" / "released" / "1.3" / "scenario.schema.json").read_text("utf-8")
+)
 
 
 def test_minor_version_1_4_is_backward_compatible_and_shows_the_forward_break() -> None:

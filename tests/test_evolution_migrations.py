@@ -56,11 +56,11 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = {**scenario_doc(), "schema_version": "1.3"}
+    document = {**scenario_doc(), "schema_version": "1.4"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3")
+    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4")
     assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
     assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0")
@@ -77,7 +77,7 @@ def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
     """R53, R57, R64: a 1.0 scenario or workload is a 1.1 one with the same meaning (and a
     scenario a 1.2 and a 1.3 one, a workload a 1.2 one)."""
     migrated = CHAIN.migrate(document).document
-    current = {"scenario": "1.3", "workload": "1.2"}[document["document"]]
+    current = {"scenario": "1.4", "workload": "1.2"}[document["document"]]
     assert migrated == {**document, "schema_version": current}
     kind = document["document"]
     reports = []
@@ -115,6 +115,7 @@ def test_timing_profile_1_0_is_relabelled_and_replays_the_same() -> None:
     strip = [json.loads(report) for report in reports]
     for report in strip:
         del report["inputs"]["timing_profile"]["sha256"]  # R37: digests are of the bytes read
+        del report["inputs"]["timing_profiles"][0]["sha256"]  # R85: the same digest, per pool
     assert strip[0] == strip[1]
 
 
@@ -506,7 +507,9 @@ def test_every_step_is_pure_and_lands_on_a_valid_document_of_its_version(
         "1.2": json.loads(
             (REPO / "schemas" / "released" / "1.2" / "scenario.schema.json").read_text("utf-8")
         ),
-        "1.3": json.loads((REPO / "schemas" / "v1" / "scenario.schema.json").read_text("utf-8")),
+        "1.3": json.loads(
+            (REPO / "schemas" / "released" / "1.3" / "scenario.schema.json").read_text("utf-8")
+        ),
         "1.4": load(SCENARIO_1_4),
         "2.0": load(SCENARIO_2_0),
     }
@@ -596,7 +599,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.contract.json_reading, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.3"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.4"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0

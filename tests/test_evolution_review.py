@@ -29,9 +29,16 @@ from tests.helpers import REPO
 
 @pytest.fixture
 def schemas(tmp_path: Path) -> Path:
-    """A scratch copy of ``schemas/``."""
+    """A scratch copy of ``schemas/`` as it was before the real scenario 1.4 (pools, SPEC.md
+    section 15): the fixtures' 1.4 is another history after 1.3, so the working schema is
+    1.3's and the real 1.4 release is left out."""
     folder = tmp_path / "repo" / "schemas"
     shutil.copytree(REPO / "schemas", folder)
+    shutil.rmtree(folder / "released" / "1.4")
+    sums = folder / "released" / "SHA256SUMS"
+    lines = sums.read_text("utf-8").splitlines(keepends=True)
+    sums.write_text("".join(line for line in lines if "  1.4/" not in line), "utf-8")
+    shutil.copy(folder / "released" / "1.3" / "scenario.schema.json", folder / "v1")
     return folder
 
 
@@ -250,15 +257,18 @@ def test_servesim_schema_review_writes_markdown(
     repository: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     schemas = repository / "schemas"
-    shutil.copy(SCENARIO_1_4, schemas / "v1" / "scenario.schema.json")
-    _git(repository, "commit", "-q", "-am", "scenario 1.4")
+    (schemas / "v2").mkdir(exist_ok=True)
+    shutil.copy(SCENARIO_2_0, schemas / "v2" / "scenario.schema.json")
+    _git(repository, "add", ".")
+    _git(repository, "commit", "-q", "-m", "scenario 2.0")
     output = repository / "review.md"
     status = _cli("review", "--base", "HEAD~1", "--schemas", str(schemas), "--output", str(output))
-    # The reference's chain has no 1.3 -> 1.4 step: the gate says so.
+    # The reference's chain has no step to 2.0 (since the real 1.4, its 1.3 -> 1.4 is the
+    # reference's own): the gate says so.
     assert status == 1
     text = output.read_text("utf-8")
     assert text.startswith("## Schema review: `HEAD~1` (")
-    assert "no migration from 1.3 to 1.4" in text
+    assert "no migration from 1.3 to 2.0" in text
     assert "wrote" in capsys.readouterr().err
 
 

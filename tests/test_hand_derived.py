@@ -126,6 +126,8 @@ CHUNK_CASES = {
             "shape": {"decode_requests": 0, "context_tokens": 0, "prefill_tokens": 7},
             "kv_blocks_in_use": None,  # R52, R53: no cache
             "preempted": [],
+            "rank": 0,  # R85: one-rank worker
+            "duration_us": 1070,  # R85: the step's own duration, its pass's
         },
         "step2_prefill": [{"id": "C", "tokens": 6}],
         "ab_tokens": [1040, 2300],
@@ -154,6 +156,8 @@ CHUNK_CASES = {
             "shape": {"decode_requests": 2, "context_tokens": 6, "prefill_tokens": 3},
             "kv_blocks_in_use": None,  # R52, R53: no cache
             "preempted": [],
+            "rank": 0,  # R85: one-rank worker
+            "duration_us": 1230,  # R85: the step's own duration, its pass's
         },
         "step2_prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
         "ab_tokens": [1040, 2270],
@@ -578,8 +582,7 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
     assert summary["prompt_tokens"] == 35
     assert summary["request_throughput_per_s"] == 3_000_000 / 12450
     assert summary["output_token_throughput_per_s"] == 14_000_000 / 12450
-    assert report["workers"][0] == {
-        "worker": 0,
+    counters = {
         "routed": 3,
         "completed": 3,
         "steps": 11,
@@ -591,6 +594,14 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
         "decode_tokens": 11,
         "output_tokens": 14,
         "kv_cache": None,  # R52, R53: no cache
+    }
+    assert report["workers"][0] == {
+        "worker": 0,
+        **counters,
+        # R85: the one pool "default"; the one rank's members are the worker's own
+        "pool": "default",
+        "pool_worker": 0,
+        "ranks": [{"rank": 0, **counters}],
     }
 
 

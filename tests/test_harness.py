@@ -175,7 +175,7 @@ def test_scenario_1_3_or_workload_1_2_reader_that_writes_no_report_5_0_is_refuse
     honest = fake("honest").describe().schema_versions
     assert "1.3" in honest["scenario"]
     assert "1.2" in honest["workload"]
-    assert honest["report"] == ["5.0"]
+    assert honest["report"] == ["6.0"]
     with pytest.raises(HarnessError, match=rf"reads {reads} but writes no report 5\.0"):
         fake(mode).describe()
 

@@ -13,6 +13,7 @@ Where the figures come from:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -44,14 +45,19 @@ def figures_of(value: Any, file: str) -> ReportFigures:
     summary = value["summary"]
     makespan = summary["makespan_us"]
     inputs = value["inputs"]
-    calibration = inputs["timing_profile"].get("calibration")
+    profile = inputs["timing_profile"]
+    if profile is None:  # R85: profiles named per pool; one identity for the whole list
+        listed = canonical_json(inputs["timing_profiles"])
+        profile = {"sha256": hashlib.sha256(listed).hexdigest(), "calibration": None}
+    calibration = profile.get("calibration")
     return ReportFigures(
         file=file,
         schema_version=version,
         inputs=Inputs(
             scenario_sha256=inputs["scenario"]["sha256"],
             workload_sha256=inputs["workload"]["sha256"],
-            timing_profile_sha256=inputs["timing_profile"]["sha256"],
+            timing_profile_sha256=profile["sha256"],
+            per_pool_profiles=inputs["timing_profile"] is None,
             calibration=None if calibration is None else canonical_json(calibration).decode(),
         ),
         traced=value["trace"] is not None,

@@ -83,9 +83,14 @@ class Inputs:
     #: The timing profile's calibration member as canonical JSON text; ``None`` when it has none
     #: (a synthetic profile, or a 1.0 report, which cannot say).
     calibration: str | None
+    #: R84, R85: whether each pool had its own profile; ``timing_profile_sha256`` is then the
+    #: digest of the report's canonical ``inputs.timing_profiles``, one identity for the list.
+    per_pool_profiles: bool = False
 
     def calibration_label(self) -> str:
         """The calibration in a few words: engine and version, model and revision, GPU."""
+        if self.per_pool_profiles:
+            return "per pool (see inputs.timing_profiles)"
         if self.calibration is None:
             return "none"
         identity = json.loads(self.calibration)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from servesim.contract.documents import Document
 from servesim.contract.errors import OutOfCoverage, ServesimError
@@ -29,7 +32,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", metavar="FILE", help="scenario document (required)")
     parser.add_argument("--workload", metavar="FILE", help="workload document (required)")
     parser.add_argument(
-        "--timing-profile", metavar="FILE", help="timing-profile document (required)"
+        "--timing-profile",
+        metavar="FILE|POOL=FILE",
+        action="append",
+        help="timing-profile document for every pool, or (repeated) POOL=FILE for each pool of "
+        "the scenario (R84; a file whose name starts with a pool name and '=' is given as "
+        "./NAME) (required)",
     )
     parser.add_argument(
         "--output",
@@ -49,6 +57,39 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print this implementation's description for the conformance harness and exit",
     )
+
+
+#: R77: a pool name; R84: an argument is POOL=FILE when the text before its first '=' is one.
+_POOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class ProfileArgumentError(str):
+    """R84: why the ``--timing-profile`` arguments are invalid input (exit 2)."""
+
+
+def profile_arguments(values: list[str]) -> str | dict[str, str] | ProfileArgumentError:
+    """R84: the single profile's file, or each named pool's file; or what is wrong with them
+    (both forms, the single form twice, a pool named twice). Whether the named pools are the
+    scenario's is checked with the scenario (``servesim.replay.profile_pool_problems``)."""
+    single: list[str] = []
+    named: dict[str, str] = {}
+    for value in values:
+        pool, equals, file = value.partition("=")
+        if equals and _POOL_NAME.fullmatch(pool):
+            if pool in named:
+                return ProfileArgumentError(f"the pool {pool!r} is named twice")
+            named[pool] = file
+        else:
+            single.append(value)
+    if single and named:
+        return ProfileArgumentError(
+            "give either one FILE for every pool or POOL=FILE for each pool, not both"
+        )
+    if len(single) > 1:
+        return ProfileArgumentError(
+            f"one FILE for every pool is given {len(single)} times ({', '.join(single)})"
+        )
+    return single[0] if single else named
 
 
 def _progress_on_terminal() -> ProgressCallback | None:
@@ -100,7 +141,13 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     ]
     if missing:
         parser.error(f"replay needs {', '.join(missing)}")
-    inputs = (arguments.scenario, arguments.workload, arguments.timing_profile)
+    profiles = profile_arguments(arguments.timing_profile)
+    if isinstance(profiles, ProfileArgumentError):
+        print(f"servesim: invalid input: --timing-profile: {profiles}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    arguments.timing_profile = profiles
+    given = [profiles] if isinstance(profiles, str) else list(profiles.values())
+    inputs = (arguments.scenario, arguments.workload, *given)
     if arguments.output != STANDARD_OUTPUT and any(
         same_file(arguments.output, given) for given in inputs
     ):
@@ -115,9 +162,13 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _replay(arguments: argparse.Namespace) -> int:
     """Read, simulate, write the report and print its summary; the exit code."""
+    pools: list[Any] = []
     try:
         documents = read_inputs(arguments.scenario, arguments.workload, arguments.timing_profile)
-        _warn_about_coverage(*documents)
+        scenario, workload, profiles = documents
+        pools = scenario.value["fleet"].get("pools", [])
+        for profile in profiles.values() if isinstance(profiles, Mapping) else [profiles]:
+            _warn_about_coverage(scenario, workload, profile)
         report = replay_chunks(
             *documents,
             trace=arguments.trace,
@@ -125,7 +176,8 @@ def _replay(arguments: argparse.Namespace) -> int:
         )
     except OutOfCoverage as error:
         print("servesim: a step is outside the timing profile's coverage:", file=sys.stderr)
-        for line in error.lines(arguments.timing_profile):
+        profile_file = _profile_of_worker(arguments.timing_profile, pools, error.worker)
+        for line in error.lines(profile_file):
             print(f"  {line}", file=sys.stderr)
         return EXIT_OUT_OF_COVERAGE
     except ServesimError as error:
@@ -147,6 +199,19 @@ def _replay(arguments: argparse.Namespace) -> int:
     if tap is not None:
         print_summary(tap.figures())
     return EXIT_OK
+
+
+def _profile_of_worker(profiles: str | dict[str, str], pools: list[Any], worker: int) -> str:
+    """R84: the file of the profile that times ``worker``: its pool's, when named per pool
+    (workers are numbered across pools in pool order, R78)."""
+    if isinstance(profiles, str):
+        return profiles
+    first = 0
+    for pool in pools or [{"name": "default", "workers": worker + 1}]:
+        first += pool["workers"]
+        if worker < first:
+            return f"{profiles[pool['name']]} (pool {pool['name']})"
+    raise AssertionError(f"worker {worker} is in no pool")
 
 
 def _to_standard_output(path: str) -> bool:

@@ -103,7 +103,7 @@ def render(figures: ReportFigures) -> str:
 def _input_lines(figures: ReportFigures) -> list[str]:
     inputs = figures.inputs
     calibration = inputs.calibration_label()
-    if inputs.calibration is None:
+    if inputs.calibration is None and not inputs.per_pool_profiles:
         calibration += " (synthetic profile)" if figures.schema_version != "1.0" else ""
     return [
         f"inputs       scenario {inputs.scenario_sha256[:12]}, workload "

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from servesim.contract.canonical import write_all_atomically
+from servesim.contract.documents import Document
 from servesim.contract.errors import MAX_LISTED_PROBLEMS, InputProblem, InvalidInput, ServesimError
 from servesim.replay import read_inputs
 from servesim_cli import sweep_output
@@ -146,7 +147,15 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if arguments.target and plan.target is None:
             message = "--target needs a target member: {axis, conditions}"
             raise InvalidInput([InputProblem(plan.file, "/target", message)])
-        base = BaseInputs(*read_inputs(plan.scenario, plan.workload, plan.timing_profile))
+        scenario, workload, profile = read_inputs(plan.scenario, plan.workload, plan.timing_profile)
+        assert isinstance(profile, Document), "a sweep names one timing profile"
+        if "pools" in scenario.value["fleet"]:  # R77: the axes set the scenario's fleet.workers
+            message = (
+                "sweep does not support a scenario with fleet.pools (its axes vary "
+                "fleet.workers and the scenario's scheduler); use fleet.workers"
+            )
+            raise InvalidInput([InputProblem(scenario.file, "/fleet/pools", message)])
+        base = BaseInputs(scenario, workload, profile)
         points = plan.points()
         _check_points(base, plan, points)
     except ServesimError as error:

@@ -557,6 +557,14 @@ CHAIN = MigrationChain(
             "the one entry computed from the workers, the requests and the summary (R85)",
             upgrade=report_5_0_to_6_0,
         ),
+        Migration(
+            kind="scenario",
+            source="1.3",
+            target="1.4",
+            summary="relabel: 1.4 adds fleet.pools, fleet.dp_size and the routing policy "
+            "weighted_round_robin, which 1.3 scenarios do not use (R86)",
+            upgrade=relabel,
+        ),
     ),
     current={kind: versions[-1] for kind, versions in SUPPORTED_VERSIONS.items()},
 )

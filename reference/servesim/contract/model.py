@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-RoutingPolicyName = Literal["round_robin", "random", "least_loaded", "cache_aware"]
+RoutingPolicyName = Literal[
+    "round_robin", "random", "least_loaded", "cache_aware", "weighted_round_robin"
+]
 
 #: The routing policies that look at the fleet (SPEC.md section 12); they need scenario 1.2.
 STATE_AWARE_POLICIES: frozenset[str] = frozenset({"least_loaded", "cache_aware"})
@@ -112,10 +114,35 @@ class Slo:
     e2e_us: int | None = None
 
 
+#: R77: the name of the one pool of a scenario written with ``fleet.workers``.
+DEFAULT_POOL = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """R77: a named group of identical workers, each with ``dp_size`` ranks (R78); its
+    ``scheduler`` and ``kv_cache`` are the limits and cache it uses (its own, or the
+    scenario's), resolved when the scenario is built."""
+
+    name: str
+    workers: int
+    scheduler: SchedulerLimits
+    kv_cache: KvCache | None = None
+    dp_size: int = 1
+    weight: int = 1
+    """R81: each of its workers' weight under ``"weighted_round_robin"``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """The fleet, its routing policy, its scheduler limits, (scenario 1.1) its KV cache and
-    (scenario 1.3) how load is offered, when the run stops and what counts as good."""
+    """The fleet, its routing policy, its scheduler limits, (scenario 1.1) its KV cache,
+    (scenario 1.3) how load is offered, when the run stops and what counts as good, and
+    (scenario 1.4) its pools.
+
+    ``workers`` is N, the workers of every pool together; ``pools`` is never empty once built:
+    a scenario given without pools is the one pool ``"default"`` of ``workers`` one-rank
+    workers with the scenario's limits and cache (R77, R78).
+    """
 
     workers: int
     routing: Routing
@@ -128,6 +155,18 @@ class Scenario:
     """R62: D, the stop time; ``None`` runs until every request reaches a terminal state."""
     slo: Slo | None = None
     """R63: the objectives; ``None`` leaves ``slo_met`` and ``goodput`` out of the report."""
+    pools: tuple[Pool, ...] = ()
+    """R77: the pools in order; filled with the one ``"default"`` pool when left empty."""
+
+    def __post_init__(self) -> None:
+        if not self.pools:
+            default = Pool(DEFAULT_POOL, self.workers, self.scheduler, self.kv_cache)
+            object.__setattr__(self, "pools", (default,))
+
+    @property
+    def has_cache(self) -> bool:
+        """Whether any pool has a KV cache (R45, R77)."""
+        return any(pool.kv_cache is not None for pool in self.pools)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ Each problem is reported in the file whose member is to change, naming the other
 
 from __future__ import annotations
 
+from typing import Any
+
 from servesim.contract.documents import Document
 from servesim.contract.errors import InputProblem, pointer, raise_if_any
 
@@ -34,20 +36,31 @@ def pair_problems(scenario: Document, workload: Document) -> list[InputProblem]:
                     f"expected more than {earliest}",
                 )
             )
-    kv_cache = scenario.value.get("kv_cache")
     hash_tokens = workload.value.get("prefix_hash_block_tokens")
-    if kv_cache is not None and hash_tokens is not None and hash_tokens % kv_cache["block_tokens"]:
-        problems.append(
-            InputProblem(
-                workload.file,
-                "/prefix_hash_block_tokens",
-                f"{hash_tokens} is not a multiple of the scenario's kv_cache.block_tokens "
-                f"({kv_cache['block_tokens']}, in {scenario.file}); expected a multiple of it",
-            )
-        )
+    if hash_tokens is not None:
+        for block_tokens in _cache_block_tokens(scenario.value):
+            if hash_tokens % block_tokens:
+                problems.append(
+                    InputProblem(
+                        workload.file,
+                        "/prefix_hash_block_tokens",
+                        f"{hash_tokens} is not a multiple of the scenario's kv_cache.block_tokens "
+                        f"({block_tokens}, in {scenario.file}); expected a multiple of it",
+                    )
+                )
+                break
     return problems
 
 
 def check_pair(scenario: Document, workload: Document) -> None:
     """Raise ``InvalidInput`` if the scenario and the workload break R4 together."""
     raise_if_any(pair_problems(scenario, workload))
+
+
+def _cache_block_tokens(scenario: dict[str, Any]) -> list[int]:
+    """R47, R77: the block size of every cache a pool uses, in pool order (the scenario's
+    ``kv_cache`` for the pools without their own)."""
+    shared = scenario.get("kv_cache")
+    pools = scenario["fleet"].get("pools")
+    caches = [shared] if pools is None else [pool.get("kv_cache", shared) for pool in pools]
+    return [cache["block_tokens"] for cache in caches if cache is not None]

@@ -10,24 +10,48 @@ from typing import Any
 
 from servesim.contract.errors import InputProblem
 from servesim.contract.model import (
+    DEFAULT_POOL,
     ClosedLoop,
     KvCache,
+    Pool,
     Routing,
     Scenario,
     SchedulerLimits,
     Slo,
 )
 
+#: R77: the most workers of all pools together, and the most ranks (workers times dp_size).
+MAX_FLEET_WORKERS = 65_536
+MAX_FLEET_RANKS = 1 << 20
+
 
 def scenario_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
-    """R4: a schema-valid scenario's scheduler can decode every running request in one step."""
-    scheduler = value["scheduler"]
+    """R4: what a schema-valid scenario's schema cannot compare: each pool's limits can decode
+    every running request in one step, and R77's checks of the pools."""
+    problems = [InputProblem(file, where, reason) for where, reason in _limits_problems(value)]
+    pools = value["fleet"].get("pools")
+    if pools is not None:
+        problems.extend(
+            InputProblem(file, where, reason) for where, reason in _pool_problems(value)
+        )
+    elif value["fleet"]["workers"] * value["fleet"].get("dp_size", 1) > MAX_FLEET_RANKS:
+        problems.append(
+            InputProblem(
+                file,
+                "/fleet/dp_size",
+                f"workers * dp_size is {value['fleet']['workers'] * value['fleet']['dp_size']}; "
+                f"expected at most {MAX_FLEET_RANKS} ranks in the fleet (R77)",
+            )
+        )
+    return problems
+
+
+def _batched_problem(scheduler: dict[str, Any], where: str) -> list[tuple[str, str]]:
     if scheduler["max_batched_tokens"] >= scheduler["max_num_seqs"]:
         return []
     return [
-        InputProblem(
-            file,
-            "/scheduler/max_batched_tokens",
+        (
+            where + "/scheduler/max_batched_tokens",
             f"{scheduler['max_batched_tokens']} is less than max_num_seqs "
             f"({scheduler['max_num_seqs']}); every running request must be able to "
             "decode in the same step",
@@ -35,36 +59,109 @@ def scenario_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     ]
 
 
+def _limits_problems(value: dict[str, Any]) -> list[tuple[str, str]]:
+    """R4, R77: the scenario's limits, and each pool's own, decode every running request in
+    one step (the scenario's reported once, however many pools use them)."""
+    problems = _batched_problem(value["scheduler"], "")
+    for index, pool in enumerate(value["fleet"].get("pools", ())):
+        if "scheduler" in pool:
+            problems.extend(_batched_problem(pool["scheduler"], f"/fleet/pools/{index}"))
+    return problems
+
+
+def _pool_problems(value: dict[str, Any]) -> list[tuple[str, str]]:
+    """R77's checks across pools, each at the pointer R77 names."""
+    pools: list[dict[str, Any]] = value["fleet"]["pools"]
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    weighted = value["routing"]["policy"] == "weighted_round_robin"
+    for index, pool in enumerate(pools):
+        if pool["name"] in seen:
+            problems.append(
+                (
+                    f"/fleet/pools/{index}/name",
+                    f"the pool name {pool['name']!r} is given twice; expected distinct names",
+                )
+            )
+        seen.add(pool["name"])
+        if "weight" in pool and not weighted:
+            problems.append(
+                (
+                    f"/fleet/pools/{index}/weight",
+                    "a pool's weight is allowed only with routing.policy "
+                    '"weighted_round_robin" (R81)',
+                )
+            )
+    workers = sum(pool["workers"] for pool in pools)
+    ranks = sum(pool["workers"] * pool.get("dp_size", 1) for pool in pools)
+    if workers > MAX_FLEET_WORKERS:
+        problems.append(
+            ("/fleet/pools", f"the pools have {workers} workers; expected at most 65536")
+        )
+    if ranks > MAX_FLEET_RANKS:
+        problems.append(
+            (
+                "/fleet/pools",
+                f"the pools have {ranks} ranks (workers * dp_size); expected at most "
+                f"{MAX_FLEET_RANKS}",
+            )
+        )
+    if value["routing"]["policy"] == "cache_aware":
+        problems.extend(_cache_aware_problems(value, pools))
+    return problems
+
+
+def _cache_aware_problems(
+    value: dict[str, Any], pools: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """R77: under ``"cache_aware"`` every pool has a prefix cache, all of one block size (R56
+    compares blocks across workers); the first pool that breaks it is reported."""
+    block_tokens = None
+    for index, pool in enumerate(pools):
+        own = "kv_cache" in pool
+        cache = pool.get("kv_cache", value.get("kv_cache"))
+        where = f"/fleet/pools/{index}" + ("/kv_cache" if own else "")
+        if cache is None or not cache["prefix_caching"]:
+            return [
+                (
+                    where,
+                    'routing.policy "cache_aware" needs every pool to have a kv_cache with '
+                    "prefix_caching true (R56, R77)",
+                )
+            ]
+        if block_tokens is None:
+            block_tokens = cache["block_tokens"]
+        elif cache["block_tokens"] != block_tokens:
+            return [
+                (
+                    where,
+                    f"block_tokens {cache['block_tokens']} differs from the first pool's "
+                    f'({block_tokens}); "cache_aware" needs one block size in every pool (R77)',
+                )
+            ]
+    return []
+
+
 def build_scenario(value: dict[str, Any]) -> Scenario:
     """The ``Scenario`` of a checked scenario document."""
     routing = value["routing"]
     scheduler = value["scheduler"]
-    prefill = scheduler["prefill"]
     kv_cache = value.get("kv_cache")
     closed_loop = value.get("closed_loop")
     slo = value.get("slo")
+    limits = _limits(scheduler)
+    cache = _kv_cache(kv_cache)
+    pools = _pools(value["fleet"], limits, cache)
     return Scenario(
-        workers=value["fleet"]["workers"],
+        workers=sum(pool.workers for pool in pools),
         routing=Routing(
             policy=routing["policy"],
             seed=routing.get("seed"),
             prefill_weight=routing.get("prefill_weight", 1),
             load_weight=routing.get("load_weight", 1),
         ),
-        scheduler=SchedulerLimits(
-            max_num_seqs=scheduler["max_num_seqs"],
-            max_batched_tokens=scheduler["max_batched_tokens"],
-            max_model_len=scheduler["max_model_len"],
-            prefill_mode=prefill["mode"],
-            max_chunk_tokens=prefill.get("max_chunk_tokens"),
-        ),
-        kv_cache=None
-        if kv_cache is None
-        else KvCache(
-            blocks=kv_cache["blocks"],
-            block_tokens=kv_cache["block_tokens"],
-            prefix_caching=kv_cache["prefix_caching"],
-        ),
+        scheduler=limits,
+        kv_cache=cache,
         closed_loop=None if closed_loop is None else ClosedLoop(closed_loop["max_in_flight"]),
         stop_at_us=value.get("stop_at_us"),
         slo=None
@@ -74,4 +171,46 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
             mean_itl_us=slo.get("mean_itl_us"),
             e2e_us=slo.get("e2e_us"),
         ),
+        pools=pools,
+    )
+
+
+def _limits(scheduler: dict[str, Any]) -> SchedulerLimits:
+    prefill = scheduler["prefill"]
+    return SchedulerLimits(
+        max_num_seqs=scheduler["max_num_seqs"],
+        max_batched_tokens=scheduler["max_batched_tokens"],
+        max_model_len=scheduler["max_model_len"],
+        prefill_mode=prefill["mode"],
+        max_chunk_tokens=prefill.get("max_chunk_tokens"),
+    )
+
+
+def _kv_cache(kv_cache: dict[str, Any] | None) -> KvCache | None:
+    if kv_cache is None:
+        return None
+    return KvCache(
+        blocks=kv_cache["blocks"],
+        block_tokens=kv_cache["block_tokens"],
+        prefix_caching=kv_cache["prefix_caching"],
+    )
+
+
+def _pools(
+    fleet: dict[str, Any], limits: SchedulerLimits, cache: KvCache | None
+) -> tuple[Pool, ...]:
+    """R77: the fleet's pools, each with the limits and cache it uses; ``fleet.workers`` is
+    the one pool ``"default"``."""
+    if "pools" not in fleet:
+        return (Pool(DEFAULT_POOL, fleet["workers"], limits, cache, fleet.get("dp_size", 1)),)
+    return tuple(
+        Pool(
+            name=pool["name"],
+            workers=pool["workers"],
+            scheduler=_limits(pool["scheduler"]) if "scheduler" in pool else limits,
+            kv_cache=_kv_cache(pool["kv_cache"]) if "kv_cache" in pool else cache,
+            dp_size=pool.get("dp_size", 1),
+            weight=pool.get("weight", 1),
+        )
+        for pool in fleet["pools"]
     )

@@ -43,3 +43,13 @@ def rejection_reason(
     ):
         return "exceeds_kv_cache"  # it could never fit the worker's cache on its own
     return None
+
+
+def rejection_reason_in_pools(
+    request: Request, pools: list[tuple[SchedulerLimits, KvCache | None]]
+) -> str | None:
+    """R79: the first reason in R10's order that holds for at least one pool's limits and
+    cache (``pools`` lists each distinct pair once), or ``None`` if every pool can serve it."""
+    found = [rejection_reason(request, limits, kv_cache) for limits, kv_cache in pools]
+    reasons = [reason for reason in found if reason is not None]
+    return min(reasons, key=REJECT_REASONS.index) if reasons else None

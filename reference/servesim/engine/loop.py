@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from servesim.contract.errors import UnrepresentableArrival, UnrepresentableTime
-from servesim.contract.model import Scenario, Slo, TimingProfile, Workload
-from servesim.engine.admission import rejection_reason
+from servesim.contract.model import Pool, Scenario, Slo, TimingProfile, Workload
+from servesim.engine.admission import rejection_reason_in_pools
 from servesim.engine.arrivals import Arrivals, Release
 from servesim.engine.block_memory import BlockMemory
 from servesim.engine.decode_runs import keeps_router_view, plan_run
@@ -28,6 +28,7 @@ from servesim.engine.fleet_view import FirstBlocks, FleetView
 from servesim.engine.formation import make_formation
 from servesim.engine.kv.identities import HashPrefixes
 from servesim.engine.memory import Memory, UnlimitedMemory
+from servesim.engine.passes import RankGroup
 from servesim.engine.requests import RequestState
 from servesim.engine.routing import make_router
 from servesim.engine.step import Step, context_tokens, step_duration
@@ -57,23 +58,32 @@ class SimulationResult:
     requests: list[RequestState]
     """One state per workload request, in workload order."""
     workers: list[Worker]
+    """Every scheduler (R82: each rank of each worker), in order of worker then rank; a
+    one-rank worker is its one scheduler."""
     steps: list[Step] | None
     """Every step (runs of identical steps as one), in the order formed, when traced."""
     sessions: tuple[str, ...] = ()
     """R64: the workload's session ids, which ``RequestState.request.session`` indexes."""
     slo: Slo | None = None
     """R63: the scenario's objectives, which decide ``slo_met`` and ``goodput``."""
+    units: list[Worker | RankGroup] | None = None
+    """R78, R83: each worker, in global order: its one scheduler, or its ranks' group; ``None``
+    means ``workers`` (every worker of one rank)."""
+    pools: tuple[Pool, ...] = ()
+    """R77: the scenario's pools, whose workers ``units`` lists in order; empty means one pool
+    ``"default"`` of every worker."""
 
 
 def simulate(
     scenario: Scenario,
     workload: Workload,
-    timing: TimingProfile,
+    timing: TimingProfile | Mapping[str, TimingProfile],
     *,
     record_trace: bool = False,
     progress: ProgressCallback | None = None,
 ) -> SimulationResult:
-    """Replay ``workload`` on ``scenario``'s fleet with ``timing``'s step durations.
+    """Replay ``workload`` on ``scenario``'s fleet with ``timing``'s step durations: one
+    profile for every pool, or a mapping from each pool's name to its own (R84).
 
     ``progress``, when given, hears how far the replay is every ``PROGRESS_EVERY`` arrivals; it
     observes and never changes the simulation.
@@ -86,30 +96,65 @@ def simulate(
         steps=loop.steps,
         sessions=workload.sessions,
         slo=scenario.slo,
+        units=loop.units,
+        pools=scenario.pools,
     )
 
 
-def make_workers(scenario: Scenario, workload: Workload, first_blocks: FirstBlocks) -> list[Worker]:
-    """R16, R45: the fleet, each worker with its memory and the scenario's formation policy."""
-    formation = make_formation(scenario.scheduler)
-    kv_cache = scenario.kv_cache
-    memories: list[Memory]
-    if kv_cache is None:
-        memories = [UnlimitedMemory()] * scenario.workers  # it keeps nothing: one serves all
-    else:  # section 11: each worker has its own cache; hash prefixes are one naming
-        prefixes = HashPrefixes()
-        memories = [
-            BlockMemory(
-                index,
-                kv_cache,
-                workload.prefix_hash_block_tokens,
-                prefixes,
-                first_blocks,
-                registry_watched=scenario.routing.state_aware,  # read mid-run: no run evicts
-            )
-            for index in range(scenario.workers)
-        ]
-    return [Worker(index, memory, formation) for index, memory in enumerate(memories)]
+def pool_timings(
+    scenario: Scenario, timing: TimingProfile | Mapping[str, TimingProfile]
+) -> list[TimingProfile]:
+    """R84: each pool's profile, in pool order."""
+    if isinstance(timing, TimingProfile):
+        return [timing] * len(scenario.pools)
+    return [timing[pool.name] for pool in scenario.pools]
+
+
+def make_workers(
+    scenario: Scenario,
+    workload: Workload,
+    first_blocks: FirstBlocks,
+    timings: list[TimingProfile] | None = None,
+) -> tuple[list[Worker], list[Worker | RankGroup]]:
+    """R16, R45, R77, R78: the fleet's schedulers (every rank of every worker, in order of
+    worker then rank), each with its pool's memory, formation policy and timing; and each
+    worker, in global order: its one scheduler, or the group of its ranks."""
+    schedulers: list[Worker] = []
+    units: list[Worker | RankGroup] = []
+    prefixes = HashPrefixes()  # section 11: each rank has its own cache; hashes are one naming
+    unlimited = UnlimitedMemory()  # it keeps nothing: one serves all
+    for pool_index, pool in enumerate(scenario.pools):
+        formation = make_formation(pool.scheduler)
+        timing = None if timings is None else timings[pool_index]
+        for _ in range(pool.workers):
+            index = len(units)
+            group = None if pool.dp_size == 1 else RankGroup(index)
+            for rank in range(pool.dp_size):
+                memory: Memory = unlimited
+                if pool.kv_cache is not None:
+                    memory = BlockMemory(
+                        len(schedulers),
+                        pool.kv_cache,
+                        workload.prefix_hash_block_tokens,
+                        prefixes,
+                        first_blocks,
+                        # read mid-run: no run evicts
+                        registry_watched=scenario.routing.state_aware,
+                    )
+                worker = Worker(
+                    index,
+                    memory,
+                    formation,
+                    timing,
+                    rank=rank,
+                    scheduler=len(schedulers),
+                    group=group,
+                )
+                schedulers.append(worker)
+                if group is not None:
+                    group.ranks.append(worker)
+            units.append(worker if group is None else group)
+    return schedulers, units
 
 
 class EventLoop:
@@ -122,9 +167,7 @@ class EventLoop:
         "horizon",
         "known",
         "known_pending",
-        "kv_cache",
-        "limits",
-        "model",
+        "pool_limits",
         "progress",
         "queue",
         "records_cached",
@@ -136,7 +179,7 @@ class EventLoop:
         "states",
         "steps",
         "stop_us",
-        "timing",
+        "units",
         "uses_context",
         "workers",
     )
@@ -145,30 +188,39 @@ class EventLoop:
         self,
         scenario: Scenario,
         workload: Workload,
-        timing: TimingProfile,
+        timing: TimingProfile | Mapping[str, TimingProfile],
         *,
         record_trace: bool = False,
         progress: ProgressCallback | None = None,
     ) -> None:
-        self.limits = scenario.scheduler
-        self.kv_cache = scenario.kv_cache
-        self.timing = timing
-        self.model = timing.model
-        self.router = make_router(scenario.routing, scenario.workers)
-        self.state_aware = scenario.routing.state_aware
-        #: R57: whether each routed request records cached(w, r) at the worker it joins
-        self.records_cached = (
-            self.state_aware and self.kv_cache is not None and self.kv_cache.prefix_caching
+        #: R79: every distinct pair of limits and cache of the pools, which rejection reads
+        self.pool_limits = list(
+            dict.fromkeys((pool.scheduler, pool.kv_cache) for pool in scenario.pools)
         )
+        timings = pool_timings(scenario, timing)
+        self.state_aware = scenario.routing.state_aware
         first_blocks = FirstBlocks()  # R54: where each first block was registered, fleet-wide
-        self.workers = make_workers(scenario, workload, first_blocks)
+        self.workers, self.units = make_workers(scenario, workload, first_blocks, timings)
+        #: R57: whether a routed request records cached(w, q, r) at the rank it joins, for each
+        #: rank (with a state-aware policy and a prefix cache there); ``None`` when none does
+        records = [
+            self.state_aware and pool.kv_cache is not None and pool.kv_cache.prefix_caching
+            for pool in scenario.pools
+            for _ in range(pool.workers * pool.dp_size)
+        ]
+        self.records_cached = records if any(records) else None
+        #: R80, R82: a state-aware router chooses among the schedulers, the others a worker
+        weights = [pool.weight for pool in scenario.pools for _ in range(pool.workers)]
+        self.router = make_router(
+            scenario.routing, len(self.workers) if self.state_aware else len(self.units), weights
+        )
         #: what a router sees (R54); its request is set at each arrival
         self.fleet_view = FleetView(self.workers, first_blocks)
         self.requests = workload.requests
         self.states = [RequestState(request, i) for i, request in enumerate(workload.requests)]
         self.steps: list[Step] | None = [] if record_trace else None
         #: R22's C is read by a measured model and by the trace; a synthetic model ignores it
-        self.uses_context = timing.model.uses_context or record_trace
+        self.uses_context = any(each.model.uses_context for each in timings) or record_trace
         self.stop_us = scenario.stop_at_us
         #: R62: arrivals are released only before it; without a stop time none passes R6's limit
         self.horizon = MAX_TIME_US + 1 if self.stop_us is None else self.stop_us
@@ -205,19 +257,16 @@ class EventLoop:
     def step_completion(self, now_us: int, order: int, index: int) -> None:
         """R20, R51: worker ``index``'s step in flight ends (unless an arrival cut its run
         short and ``order`` is the run's old end); what it finished may release arrivals."""
-        worker = self.workers[index]
+        worker = self.units[index]
+        if isinstance(worker, RankGroup):
+            self._end_pass(worker, now_us)
+            return
         if order != worker.completion_sequence:
             return  # the end of a run that an arrival cut short
         step = worker.in_flight
         assert step is not None
         worker.in_flight = None
-        finished = worker.complete_step(step)
-        if finished:
-            self.router.counters_changed(self.fleet_view, index)  # R54: what a router sees
-            if self.releases:
-                released_by = self.arrivals.released_by
-                for state in finished:
-                    self._release(released_by(state.position, now_us))
+        self._step_ended(worker, step, now_us)
         self._request_scheduling(worker, now_us)
 
     def stop(self, now_us: int, order: int, subject: int) -> None:
@@ -229,7 +278,7 @@ class EventLoop:
         """R10, R12: the request at ``position`` arrives; rejected, or routed and queued."""
         state = self.states[position]
         state.arrival_us = now_us
-        reason = rejection_reason(state.request, self.limits, self.kv_cache)
+        reason = rejection_reason_in_pools(state.request, self.pool_limits)
         if reason is not None:  # R10: rejected at arrival, never routed
             state.reject_reason = reason
             state.terminal_us = now_us
@@ -246,16 +295,21 @@ class EventLoop:
     def scheduling(self, now_us: int, order: int, index: int) -> None:
         """R16: idle worker ``index`` forms its step, timed (R22, R43, R6) and made a run of
         the identical steps after it (``decode_runs``), and its completion is created."""
-        worker = self.workers[index]
+        worker = self.units[index]
         worker.schedule_pending = False
+        if isinstance(worker, RankGroup):
+            self._start_pass(worker, now_us)
+            return
         step = worker.form_step(now_us)
         if self.uses_context:  # C costs a sum over the decoding requests: only when it is read
             step.context_tokens = context_tokens(step.decode)
-        step.duration_us = duration = step_duration(step, self.timing)
+        timing = worker.timing
+        assert timing is not None
+        step.duration_us = duration = step_duration(step, timing)
         if now_us + duration > MAX_TIME_US:
             raise UnrepresentableTime(worker=index, start_us=now_us, duration_us=duration)
         steps = self.steps
-        plan_run(step, worker, self.model, MAX_TIME_US, steps is not None)
+        plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
         stop_us = self.stop_us
         if stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(stop_us)
@@ -268,18 +322,73 @@ class EventLoop:
             steps.append(step)
         worker.completion_sequence = self._push_completion(step.end_us, index)
 
+    # --- R83: a worker of several ranks, pass by pass (no runs: each rank's step is one step)
+
+    def _start_pass(self, group: RankGroup, now_us: int) -> None:
+        """R83: every rank with work forms its step now; the pass ends at the longest."""
+        steps: list[Step] = []
+        for rank in group.ranks:
+            if rank.running or rank.waiting:
+                step = rank.form_step(now_us)
+                if self.uses_context:
+                    step.context_tokens = context_tokens(step.decode)
+                steps.append(step)
+        longest = 0
+        for step in steps:  # R43: the first step out of coverage, in rank order, decides
+            timing = group.ranks[step.rank].timing
+            assert timing is not None
+            step.duration_us = step_duration(step, timing)
+            longest = max(longest, step.duration_us)
+        end_us = now_us + longest
+        if end_us > MAX_TIME_US:
+            raise UnrepresentableTime(worker=group.index, start_us=now_us, duration_us=longest)
+        for step in steps:
+            step.pass_end_us = end_us
+        group.formed(steps)
+        if self.steps is not None:
+            self.steps.extend(steps)
+        group.completion_sequence = self._push_completion(end_us, group.index)
+
+    def _end_pass(self, group: RankGroup, now_us: int) -> None:
+        """R83: at the pass end every rank's step ends, in rank order; then the worker is idle."""
+        steps = group.in_flight
+        assert steps is not None
+        group.ended(steps[0].start_us, now_us)
+        for step in steps:
+            self._step_ended(group.ranks[step.rank], step, now_us)
+        self._request_group_scheduling(group, now_us)
+
     # --- what the handlers share
 
+    def _step_ended(self, worker: Worker, step: Step, now_us: int) -> None:
+        """R20, R51: a scheduler's step ends; what it finished may release arrivals."""
+        finished = worker.complete_step(step)
+        if finished:
+            self.router.counters_changed(self.fleet_view, worker.scheduler)  # R54
+            if self.releases:
+                released_by = self.arrivals.released_by
+                for state in finished:
+                    self._release(released_by(state.position, now_us))
+
     def _route(self, state: RequestState, now_us: int) -> None:
-        """R12, R54: an accepted request joins the router's worker; a run in flight there is
-        cut at its next step boundary, for the request may join the next step."""
+        """R12, R54, R80, R82: an accepted request joins the router's scheduler, or a rank of
+        its worker by the worker's rotation; a run in flight there is cut at its next step
+        boundary, for the request may join the next step."""
         fleet_view = self.fleet_view
         fleet_view.request = state
-        worker = self.workers[self.router.route(fleet_view)]
-        if self.records_cached:
-            state.cached_blocks_at_routing = fleet_view.cached(worker.index)
+        chosen = self.router.route(fleet_view)
+        if self.state_aware:  # R82: the router chose a (worker, rank)
+            worker = self.workers[chosen]
+        else:  # R80: the router chose a worker, its rotation chooses the rank
+            unit = self.units[chosen]
+            worker = unit.next_rank() if isinstance(unit, RankGroup) else unit
+        if self.records_cached is not None and self.records_cached[worker.scheduler]:
+            state.cached_blocks_at_routing = fleet_view.cached(worker.scheduler)
         worker.enqueue(state)
-        self.router.counters_changed(fleet_view, worker.index)
+        self.router.counters_changed(fleet_view, worker.scheduler)
+        if worker.group is not None:  # R83: it waits for the worker's next pass
+            self._request_group_scheduling(worker.group, now_us)
+            return
         run = worker.in_flight
         if run is not None and run.truncate_at(now_us):
             worker.completion_sequence = self._push_completion(run.end_us, worker.index)
@@ -303,6 +412,12 @@ class EventLoop:
             worker.schedule_pending = True
             heapq.heappush(self.queue, (now_us, SCHEDULING, worker.index, worker.index))
 
+    def _request_group_scheduling(self, group: RankGroup, now_us: int) -> None:
+        """R83: an idle worker whose ranks have work schedules its next pass now, once."""
+        if group.in_flight is None and not group.schedule_pending and group.has_work():
+            group.schedule_pending = True
+            heapq.heappush(self.queue, (now_us, SCHEDULING, group.index, group.index))
+
     def _push_next_known(self) -> None:
         self.known_pending = next(self.known, -1)
         if self.known_pending >= 0:
@@ -325,9 +440,15 @@ class EventLoop:
 
     def _cut_off(self, stop_us: int) -> None:
         """R62: what has not ended by the stop time is cut off there."""
-        for worker in self.workers:
-            if worker.in_flight is not None:
-                worker.cut_step(worker.in_flight, stop_us)
+        for unit in self.units:
+            if isinstance(unit, RankGroup):
+                if unit.in_flight is not None:  # R83: the pass is cut with every step in it
+                    steps = unit.in_flight
+                    for step in steps:
+                        unit.ranks[step.rank].cut_step(step, stop_us)
+                    unit.ended(steps[0].start_us, stop_us)
+            elif unit.in_flight is not None:
+                unit.cut_step(unit.in_flight, stop_us)
         for state in self.states:
             if state.terminal_us is None:
                 state.terminal_us = stop_us

@@ -25,6 +25,8 @@ class RequestState:
     """When it arrived (R26, R60): its ``arrival_us``, or later for a released turn or unit
     (R59, R61); ``None`` until it arrives, and for good if a stop time comes first (R62)."""
     worker: int | None = None
+    rank: int | None = None
+    """R78, R85: the rank of ``worker`` it joined (0 on a one-rank worker)."""
     reject_reason: str | None = None
     prefilled: int = 0
     """Tokens of ``prefill_target`` computed so far (R20), or reused (R48); only ``prefill``

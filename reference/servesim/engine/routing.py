@@ -263,8 +263,38 @@ class CacheAwareRouter:
         return [worker for worker, cost in enumerate(costs) if cost == lowest]
 
 
-def make_router(routing: Routing, workers: int) -> Router:
-    """The router that ``routing`` names, for a fleet of ``workers``."""
+class WeightedRoundRobinRouter:
+    """R81: nginx's smooth weighted round robin. Each routed request, every worker adds its
+    weight to its current weight; the largest current weight (of several, the lowest index)
+    wins and gives back W, the sum of the weights. After n requests worker w was chosen c_w
+    times with ``|c_w * W - n * weight_w| <= W``."""
+
+    __slots__ = ("_current", "_total", "_weights")
+
+    def __init__(self, weights: list[int]) -> None:
+        self._weights = weights
+        self._current = [0] * len(weights)
+        self._total = sum(weights)
+
+    def counters_changed(self, fleet: Fleet, worker: int) -> None:
+        pass  # R81: weighted round robin ignores worker state
+
+    def route(self, fleet: Fleet) -> int:
+        current = self._current
+        best = 0
+        for worker, weight in enumerate(self._weights):
+            current[worker] += weight
+            if current[worker] > current[best]:
+                best = worker
+        current[best] -= self._total
+        return best
+
+
+def make_router(routing: Routing, workers: int, weights: list[int] | None = None) -> Router:
+    """The router that ``routing`` names, for a fleet of ``workers`` (R82: the schedulers, for
+    a state-aware policy); ``weights`` are R81's, one per worker (1 each when not given)."""
+    if routing.policy == "weighted_round_robin":
+        return WeightedRoundRobinRouter(weights if weights is not None else [1] * workers)
     if routing.policy == "random":
         assert routing.seed is not None  # guaranteed by the schema (R3)
         return RandomRouter(workers, routing.seed)

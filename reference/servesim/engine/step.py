@@ -47,6 +47,12 @@ class Step:
     step's; untraced, only its first's (the worker's peak counts the run's last)."""
     preempted: list[str] = field(default_factory=list)
     """R49, R52: the ids of the requests preempted while the step was formed, in order."""
+    pass_end_us: int | None = None
+    """R83: on a worker of several ranks, the end of the pass the step is part of, when all
+    its tokens are produced; ``duration_us`` is then the step's own d_r. ``None`` on a
+    one-rank worker, whose pass is the step."""
+    rank: int = 0
+    """R78: the rank that formed it."""
     prefill_tokens: int = field(init=False)
     """R22's P: the prompt tokens one step prefills, over all requests (its allotments are
     fixed once it is formed: summed once, for the timing model and the worker both read it)."""
@@ -56,7 +62,9 @@ class Step:
 
     @property
     def end_us(self) -> int:
-        """When the last of the ``repeat`` steps ends."""
+        """When the last of the ``repeat`` steps ends (R83: a rank's step, at its pass end)."""
+        if self.pass_end_us is not None:
+            return self.pass_end_us
         if self.segments is not None:
             first_end, duration, count = self.segments[-1]
             return first_end + (count - 1) * duration

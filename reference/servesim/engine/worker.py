@@ -20,7 +20,9 @@ from servesim.engine.step_ends import slicing_pays
 from servesim.engine.token_times import TokenTimes
 
 if TYPE_CHECKING:
+    from servesim.contract.model import TimingProfile
     from servesim.engine.formation import Formation
+    from servesim.engine.passes import RankGroup
 
 #: The steps a worker keeps its step ends for before it decides whether slicing them pays
 #: (``Worker._keep_step_ends``): enough for a busy worker's batch to fill.
@@ -36,6 +38,7 @@ class Worker:
         "completion_sequence",
         "decode_tokens",
         "formation",
+        "group",
         "in_flight",
         "index",
         "itl_gaps",
@@ -48,17 +51,39 @@ class Worker:
         "peak_waiting",
         "preempted",
         "prefill_tokens",
+        "rank",
         "refused_blocks",
         "routed",
         "running",
         "schedule_pending",
+        "scheduler",
         "step_ends",
         "steps",
+        "timing",
         "waiting",
     )
 
-    def __init__(self, index: int, memory: Memory, formation: Formation) -> None:
+    def __init__(
+        self,
+        index: int,
+        memory: Memory,
+        formation: Formation,
+        timing: TimingProfile | None = None,
+        *,
+        rank: int = 0,
+        scheduler: int | None = None,
+        group: RankGroup | None = None,
+    ) -> None:
         self.index = index
+        """Its worker's global index (R78)."""
+        self.rank = rank
+        """R78: which rank of its worker it is; a worker of one rank is its rank 0."""
+        self.scheduler = index if scheduler is None else scheduler
+        """R82: its place among every (worker, rank), in order of worker then rank."""
+        self.group = group
+        """R83: the worker of several ranks it is a rank of; ``None`` for a one-rank worker."""
+        self.timing = timing
+        """R84: its pool's timing profile."""
         self.memory = memory
         """Its KV memory: unlimited without a cache (R45), else its blocks."""
         self.formation = formation
@@ -102,11 +127,14 @@ class Worker:
     def enqueue(self, state: RequestState) -> None:
         """R12: an accepted request joins the tail of the waiting queue."""
         state.worker = self.index
+        state.rank = self.rank
         self.waiting.append(state)
         self.routed += 1
         self.outstanding += 1  # R54: counted from its routing until it completes
         self.load_blocks += self.memory.prompt_blocks(state)
         self.peak_waiting = max(self.peak_waiting, len(self.waiting))
+        if self.group is not None:  # R85: the worker's peak is over its ranks' queues together
+            self.group.joined()
 
     def form_step(self, now_us: int) -> Step:
         """R16: the step starting now, as its formation policy forms it (R17 to R19, R50),
@@ -117,7 +145,7 @@ class Worker:
         decode, prefill = self.formation.form(self, now_us)
         assert decode or prefill, "R16: a worker with work always forms a non-empty step"
         self.peak_running = max(self.peak_running, len(self.running))
-        step = Step(self.index, now_us, 0, decode, prefill)
+        step = Step(self.index, now_us, 0, decode, prefill, rank=self.rank)
         if not self.memory.unlimited:  # R45: without a cache there is nothing to record
             self.memory.formed(step, self.preempted)
         return step
@@ -132,6 +160,8 @@ class Worker:
         # one step's victims wait in the reverse of the order they were preempted.
         self.waiting.appendleft(victim)
         self.peak_waiting = max(self.peak_waiting, len(self.waiting))
+        if self.group is not None:
+            self.group.joined()
         victim.preemptions += 1  # 4.
         assert self.kv_counters is not None
         self.kv_counters.preemptions += 1
@@ -160,7 +190,8 @@ class Worker:
         if blocks:
             memory.step_ended(step, finished)
         self.steps += step.repeat
-        self.busy_us += end - step.start_us
+        # R85: a rank is busy for its own step's duration, though its tokens wait for the pass
+        self.busy_us += end - step.start_us if step.pass_end_us is None else step.duration_us
         self.prefill_tokens += step.prefill_tokens
         self.decode_tokens += step.repeat * len(step.decode)
         self.output_tokens += step.repeat * len(step.decode) + first_tokens
@@ -184,7 +215,8 @@ class Worker:
             for state in step.decode:
                 state.token_times_us.append(end)
             if decoding:  # most steps of a long prompt's chunked prefill decode nobody
-                self.itl_gaps[step.duration_us] += decoding
+                # R83: a rank's previous tokens came at the pass start, its new ones at the end
+                self.itl_gaps[end - step.start_us] += decoding
         elif step.segments is not None:
             for state in step.decode:
                 state.token_times_us.extend_progressions(step.segments)
@@ -227,4 +259,4 @@ class Worker:
         are not counted. It kept the worker busy until the stop time."""
         assert step.repeat == 1, "Step.stop_at: only a run's first step can be cut"
         self.steps += 1
-        self.busy_us += stop_us - step.start_us
+        self.busy_us += min(step.duration_us, stop_us - step.start_us)  # R85: d_r, up to D

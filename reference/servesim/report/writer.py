@@ -13,12 +13,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from servesim.contract.canonical import canonical_bytes, encoded_array
-from servesim.contract.model import Slo
+from servesim.contract.model import DEFAULT_POOL, Pool, SchedulerLimits, Slo
 from servesim.contract.nearest_rank import ranked_statistics
 from servesim.contract.tpot import tpot_statistics
 from servesim.engine.admission import REJECT_REASONS
 from servesim.engine.kv.counters import KvCacheCounters
 from servesim.engine.loop import SimulationResult
+from servesim.engine.passes import RankGroup
 from servesim.engine.requests import RequestState
 from servesim.engine.step import Step
 from servesim.engine.step_ends import StepEndItems, slicing_pays
@@ -75,7 +76,8 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
 _REQUEST_ENTRY = (
     b'{"arrival_us":%b,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,'
     b'"first_scheduled_us":%b,"first_token_us":%b,"id":%b,"mean_itl_us":%b,"outcome":%b,'
-    b'"output_tokens":%d,"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,"reject_reason":%b,'
+    b'"output_tokens":%d,"pool":%b,"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,'
+    b'"rank":%b,"reject_reason":%b,'
     b'"reused_prompt_tokens":%d,"session":%b,%b"terminal_us":%d,"token_times_us":[%b],'
     b'"ttft_us":%b,"worker":%b}'
 )
@@ -115,11 +117,15 @@ def meets_objectives(state: RequestState, slo: Slo) -> bool:
 
 
 def _request_entry(
-    state: RequestState, session: bytes, slo: Slo | None, times: bytes | None = None
+    state: RequestState,
+    session: bytes,
+    slo: Slo | None,
+    times: bytes | None = None,
+    pool: bytes = b"null",
 ) -> bytes:
     """R26: one request's line in the report, as canonical bytes; ``session`` is its R64
     member's bytes; ``times`` its token times' JSON items when the caller has them
-    (``servesim.engine.step_ends``).
+    (``servesim.engine.step_ends``); ``pool`` its R85 member's bytes (its worker's pool).
 
     Filled into a byte template, like a trace entry, instead of serialised from a dictionary:
     the request lines hold every token time, most of a report's bytes.
@@ -158,9 +164,11 @@ def _request_entry(
         _json(mean_itl_us),
         outcome,
         len(tokens),  # output_tokens
+        pool,  # R85
         state.preemptions,
         request.prompt_tokens,
         _json(queue_us),
+        _json(state.rank),  # R85
         _json(state.reject_reason),
         state.reused_prompt_tokens,
         session,
@@ -188,9 +196,14 @@ def _makespan_us(states: list[RequestState]) -> int:
 
 
 def _summary(
-    states: list[RequestState], workers: list[Worker], makespan_us: int, slo: Slo | None
+    states: list[RequestState],
+    workers: list[Worker],
+    makespan_us: int,
+    slo: Slo | None,
+    passes: int,
 ) -> dict[str, Any]:
-    """R28, R63, R64: fleet-wide counts, throughput and latency statistics."""
+    """R28, R63, R64: fleet-wide counts, throughput and latency statistics; ``workers`` are
+    the schedulers (every rank), ``passes`` R85's ``steps``."""
     completed = [state for state in states if _completed(state)]
     by_reason = dict.fromkeys(REJECT_REASONS, 0)
     cut_off = 0
@@ -211,7 +224,7 @@ def _summary(
         "cut_off": cut_off,
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
-        "steps": sum(worker.steps for worker in workers),
+        "steps": passes,
         "first_arrival_us": _first_arrival_us(states),
         "makespan_us": makespan_us,
         "request_throughput_per_s": ratio(len(completed) * 1_000_000, makespan_us),
@@ -289,36 +302,111 @@ def _worker_kv_cache(counters: KvCacheCounters | None) -> dict[str, int] | None:
     }
 
 
-def _worker_entry(worker: Worker, makespan_us: int) -> dict[str, Any]:
-    """R29: one worker's counters."""
+def _rank_entry(rank: Worker, makespan_us: int) -> dict[str, Any]:
+    """R29, R52, R85: one scheduler's counters (a rank's, or a one-rank worker's own)."""
     return {
-        "worker": worker.index,
-        "routed": worker.routed,
-        "completed": worker.completed,
-        "steps": worker.steps,
-        "busy_us": worker.busy_us,
-        "utilization": ratio(worker.busy_us, makespan_us),
-        "peak_running": worker.peak_running,
-        "peak_waiting": worker.peak_waiting,
-        "prefill_tokens": worker.prefill_tokens,
-        "decode_tokens": worker.decode_tokens,
-        "output_tokens": worker.output_tokens,
-        "kv_cache": _worker_kv_cache(worker.kv_counters),
+        "routed": rank.routed,
+        "completed": rank.completed,
+        "steps": rank.steps,
+        "busy_us": rank.busy_us,
+        "utilization": ratio(rank.busy_us, makespan_us),
+        "peak_running": rank.peak_running,
+        "peak_waiting": rank.peak_waiting,
+        "prefill_tokens": rank.prefill_tokens,
+        "decode_tokens": rank.decode_tokens,
+        "output_tokens": rank.output_tokens,
+        "kv_cache": _worker_kv_cache(rank.kv_counters),
+    }
+
+
+_SUMMED = ("routed", "completed", "prefill_tokens", "decode_tokens", "output_tokens")
+
+
+def _worker_entry(
+    unit: Worker | RankGroup, pool: str, pool_worker: int, makespan_us: int
+) -> dict[str, Any]:
+    """R29, R85: one worker's counters, its pool, and its ranks'."""
+    if isinstance(unit, Worker):  # one rank: the worker's members are its rank's
+        rank = _rank_entry(unit, makespan_us)
+        entry = dict(rank)
+        ranks = [{"rank": 0, **rank}]
+    else:
+        ranks = [{"rank": r.rank, **_rank_entry(r, makespan_us)} for r in unit.ranks]
+        entry = {name: sum(each[name] for each in ranks) for name in _SUMMED}
+        entry["steps"] = unit.passes
+        entry["busy_us"] = unit.busy_us
+        entry["utilization"] = ratio(unit.busy_us, makespan_us)
+        entry["peak_running"] = unit.peak_running
+        entry["peak_waiting"] = unit.peak_waiting
+        caches = [each["kv_cache"] for each in ranks]
+        entry["kv_cache"] = (
+            None
+            if caches[0] is None
+            else {
+                "peak_blocks_in_use": unit.peak_blocks_in_use,
+                **{
+                    name: sum(cache[name] for cache in caches)
+                    for name in ("reused_tokens", "preemptions", "evictions")
+                },
+            }
+        )
+    entry["worker"] = unit.index
+    entry["pool"] = pool
+    entry["pool_worker"] = pool_worker
+    entry["ranks"] = ranks
+    return entry
+
+
+def _pool_entry(
+    pool: Pool,
+    workers: list[dict[str, Any]],
+    completed: list[RequestState],
+    makespan_us: int,
+) -> dict[str, Any]:
+    """R85: one pool's sums over its workers and its workers' completed requests."""
+    busy_us = sum(worker["busy_us"] for worker in workers)
+    done = sum(worker["completed"] for worker in workers)
+    output_tokens = sum(len(state.token_times_us) for state in completed)
+    kv_cache = None
+    if pool.kv_cache is not None:
+        caches = [worker["kv_cache"] for worker in workers]
+        kv_cache = {
+            "peak_blocks_in_use": max(cache["peak_blocks_in_use"] for cache in caches),
+            **{
+                name: sum(cache[name] for cache in caches)
+                for name in ("reused_tokens", "preemptions", "evictions")
+            },
+        }
+    return {
+        "name": pool.name,
+        "workers": pool.workers,
+        "dp_size": pool.dp_size,
+        "routed": sum(worker["routed"] for worker in workers),
+        "completed": done,
+        "prompt_tokens": sum(state.request.prompt_tokens for state in completed),
+        "output_tokens": output_tokens,
+        "steps": sum(worker["steps"] for worker in workers),
+        "busy_us": busy_us,
+        "utilization": ratio(busy_us, pool.workers * makespan_us),
+        "request_throughput_per_s": ratio(done * 1_000_000, makespan_us),
+        "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan_us),
+        "kv_cache": kv_cache,
     }
 
 
 #: R30's trace entry with its members in RFC 8785 order; the strings inside are canonical already.
 _TRACE_ENTRY = (
-    b'{"batched_tokens":%d,"decode_requests":%b,"end_us":%d,"kv_blocks_in_use":%b,'
-    b'"preempted":%b,"prefill":%b,"prefill_tokens":%d,'
+    b'{"batched_tokens":%d,"decode_requests":%b,"duration_us":%d,"end_us":%d,'
+    b'"kv_blocks_in_use":%b,"preempted":%b,"prefill":%b,"prefill_tokens":%d,"rank":%d,'
     b'"shape":{"context_tokens":%d,"decode_requests":%d,"prefill_tokens":%d},'
     b'"start_us":%d,"worker":%d}'
 )
 
 
-def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
-    """R30: the trace entries of a step, one per step of a run of identical steps, as
-    ``(start_us, worker, canonical bytes)``.
+def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
+    """R30, R85: the trace entries of a step, one per step of a run of identical steps, as
+    ``(start_us, worker, rank, canonical bytes)``; a rank's step ends at its pass end, with
+    its own duration.
 
     A long replay has millions of steps, so an entry is filled into a byte template instead of
     going through a dictionary: only its integers change within a run, and its two lists are
@@ -334,27 +422,34 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, bytes]]:
     decoding = len(step.decode)
     batched = decoding + prefill_tokens
     context = step.context_tokens
-    for start, end in step.step_bounds():
+    bounds = step.step_bounds()
+    if step.pass_end_us is not None:  # R83: one step, ending with its pass
+        bounds = iter([(step.start_us, step.pass_end_us)])
+    rank = step.rank
+    for start, end in bounds:
         entry = _TRACE_ENTRY % (
             batched,
             decode_requests,
+            end - start if step.pass_end_us is None else step.duration_us,
             end,
             kv_blocks_in_use,
             preempted,
             prefill,
             prefill_tokens,
+            rank,
             context,
             decoding,
             prefill_tokens,
             start,
             step.worker,
         )
-        yield start, step.worker, entry
+        yield start, step.worker, rank, entry
         context += decoding  # R22: each decode step adds one token to every decoding context
 
 
 def _trace(steps: list[Step]) -> Iterator[bytes]:
-    """R30: every step of every worker, in order of (start_us, worker), as canonical bytes.
+    """R30, R85: every step of every rank, in order of (start_us, worker, rank), as canonical
+    bytes.
 
     Each worker's steps are formed in time order, so merging the workers' streams orders the
     whole trace without holding it in memory at once.
@@ -366,23 +461,27 @@ def _trace(steps: list[Step]) -> Iterator[bytes]:
         (entry for step in worker_steps for entry in _trace_entries(step))
         for worker_steps in by_worker.values()
     ]
-    return (entry for _, _, entry in heapq.merge(*streams))
+    return (entry for _, _, _, entry in heapq.merge(*streams))
 
 
 def _step_end_items(workers: list[Worker]) -> dict[int, StepEndItems]:
     """The workers whose requests' token times are sliced from their step ends: those that
     kept them and gave enough tokens a step (``servesim.engine.step_ends.slicing_pays``)."""
     return {
-        worker.index: StepEndItems(worker.step_ends)
+        worker.scheduler: StepEndItems(worker.step_ends)
         for worker in workers
         if worker.step_ends is not None and slicing_pays(worker.output_tokens, worker.steps)
     }
 
 
-def _sliced_times(state: RequestState, step_ends: dict[int, StepEndItems]) -> bytes | None:
-    """The request's token times' JSON items sliced from its worker's step ends, or ``None``
+def _sliced_times(
+    state: RequestState, step_ends: dict[int, StepEndItems], first_scheduler: list[int]
+) -> bytes | None:
+    """The request's token times' JSON items sliced from its rank's step ends, or ``None``
     where they are not (``_request_entry`` then writes them itself)."""
-    sliced = None if state.worker is None else step_ends.get(state.worker)
+    if state.worker is None or state.rank is None:
+        return None
+    sliced = step_ends.get(first_scheduler[state.worker] + state.rank)
     return None if sliced is None else sliced.items(state.token_times_us)
 
 
@@ -390,37 +489,110 @@ def report_chunks(
     result: SimulationResult,
     inputs: dict[str, bytes],
     calibration: Mapping[str, Any] | None = None,
+    pool_profiles: Mapping[str, tuple[bytes, Mapping[str, Any] | None]] | None = None,
 ) -> Iterator[bytes]:
     """R31: the report's canonical bytes (R23), in pieces, so that a long replay's requests and
-    trace are serialised one batch at a time. ``inputs`` maps scenario, workload and
-    timing_profile to the exact bytes read; ``calibration`` is the profile's (R25).
+    trace are serialised one batch at a time. ``inputs`` maps scenario, workload and (for the
+    single profile) timing_profile to the exact bytes read; ``calibration`` is that profile's
+    (R25). ``pool_profiles``, when profiles are given per pool (R84), maps each pool's name to
+    its profile's bytes and calibration.
 
     The members are written in RFC 8785 order (sorted keys), which the assertion checks.
     """
     makespan_us = _makespan_us(result.requests)
-    members = ["document", "inputs", "requests", "schema_version", "summary", "trace", "workers"]
+    members = [
+        "document",
+        "inputs",
+        "pools",
+        "requests",
+        "schema_version",
+        "summary",
+        "trace",
+        "workers",
+    ]
     assert members == sorted(members)
-    digests: dict[str, dict[str, Any]] = {
-        name: {"sha256": digest(data)} for name, data in inputs.items()
-    }
-    digests["timing_profile"]["calibration"] = calibration
-    summary = _summary(result.requests, result.workers, makespan_us, result.slo)
+    units: list[Worker | RankGroup] = list(result.workers) if result.units is None else result.units
+    pools = result.pools or (Pool(DEFAULT_POOL, len(units), _NO_LIMITS),)
+    digests: dict[str, Any] = {name: {"sha256": digest(data)} for name, data in inputs.items()}
+    if pool_profiles is None:
+        digests["timing_profile"]["calibration"] = calibration
+        profiles = [(pool.name, digests["timing_profile"]) for pool in pools]
+    else:
+        digests["timing_profile"] = None
+        profiles = [
+            (
+                pool.name,
+                {
+                    "sha256": digest(pool_profiles[pool.name][0]),
+                    "calibration": pool_profiles[pool.name][1],
+                },
+            )
+            for pool in pools
+        ]
+    digests["timing_profiles"] = [{"pool": name, **profile} for name, profile in profiles]
+    # R78: each worker's pool and index within it; each worker's first scheduler
+    pool_of: list[int] = []
+    pool_worker: list[int] = []
+    for index, pool in enumerate(pools):
+        pool_of.extend([index] * pool.workers)
+        pool_worker.extend(range(pool.workers))
+    first_scheduler: list[int] = []
+    schedulers = 0
+    for unit in units:
+        first_scheduler.append(schedulers)
+        schedulers += 1 if isinstance(unit, Worker) else len(unit.ranks)
+    workers = [
+        _worker_entry(unit, pools[pool_of[w]].name, pool_worker[w], makespan_us)
+        for w, unit in enumerate(units)
+    ]
+    summary = _summary(
+        result.requests,
+        result.workers,
+        makespan_us,
+        result.slo,
+        sum(worker["steps"] for worker in workers),
+    )
+    completed_by_pool: list[list[RequestState]] = [[] for _ in pools]
+    for state in result.requests:
+        if state.worker is not None and _completed(state):
+            completed_by_pool[pool_of[state.worker]].append(state)
+    pool_entries = [
+        _pool_entry(
+            pool,
+            [workers[w] for w in range(len(units)) if pool_of[w] == index],
+            completed_by_pool[index],
+            makespan_us,
+        )
+        for index, pool in enumerate(pools)
+    ]
     sessions = [canonical_bytes(session) for session in result.sessions]
     step_ends = _step_end_items(result.workers)
-    yield b'{"document":"report","inputs":' + canonical_bytes(digests) + b',"requests":'
+    pool_names = [canonical_bytes(pool.name) for pool in pools]
+    yield (
+        b'{"document":"report","inputs":'
+        + canonical_bytes(digests)
+        + b',"pools":'
+        + canonical_bytes(pool_entries)
+        + b',"requests":'
+    )
     yield from encoded_array(
         _request_entry(
             state,
             b"null" if state.request.session is None else sessions[state.request.session],
             result.slo,
-            _sliced_times(state, step_ends),
+            _sliced_times(state, step_ends, first_scheduler),
+            b"null" if state.worker is None else pool_names[pool_of[state.worker]],
         )
         for state in result.requests
     )
-    yield b',"schema_version":"5.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"6.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:
         yield from encoded_array(_trace(result.steps))
-    workers = [_worker_entry(worker, makespan_us) for worker in result.workers]
     yield b',"workers":' + canonical_bytes(workers) + b"}\n"
+
+
+#: A placeholder for the limits of the one pool of a result made without pools; the report
+#: reads only a pool's name, size, dp_size and cache.
+_NO_LIMITS = SchedulerLimits(1, 1, 1, "whole")
