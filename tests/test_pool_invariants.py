@@ -27,12 +27,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 import servesim
 from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance import pool_invariants
 from servesim_conformance.documents import timing_doc
 from servesim_conformance.invariants import InvariantViolation
+from servesim_conformance.strategies import pool_input_triples
 
 Document = dict[str, Any]
 
@@ -298,3 +300,32 @@ def test_the_reference_agrees_with_the_derivation() -> None:
         derived["trace"]
     )
     pool_invariants.check_pool_report(SCENARIO, report)
+
+
+@settings(max_examples=60, deadline=None)
+@given(documents=pool_input_triples())
+def test_generated_pool_scenarios_keep_r77_s_rules(documents: tuple[Document, ...]) -> None:
+    """The property tier's pool scenarios are valid ones (R77): distinct names, each pool's
+    limits with max_batched_tokens >= max_num_seqs and no larger than the scenario's (so a
+    measured profile covers them, R40), every cache of the scenario's block size, prefix
+    caching everywhere under cache_aware, weights only under weighted round robin; and, once
+    the reference reads scenario 1.4, R1 to R4 hold by its reader."""
+    scenario = documents[0]
+    assert scenario["schema_version"] == "1.4"
+    pools = pool_invariants.pools_of(scenario)
+    names = [pool.name for pool in pools]
+    assert len(names) == len(set(names))
+    weighted = scenario["routing"]["policy"] == "weighted_round_robin"
+    for pool, entry in zip(pools, scenario["fleet"].get("pools", [{}]), strict=True):
+        limits = pool.limits
+        assert limits["max_num_seqs"] <= limits["max_batched_tokens"]
+        for limit in ("max_num_seqs", "max_batched_tokens", "max_model_len"):
+            assert limits[limit] <= scenario["scheduler"][limit]
+        if pool.cache is not None:
+            assert pool.cache["block_tokens"] == scenario["kv_cache"]["block_tokens"]
+            if scenario["routing"]["policy"] == "cache_aware":
+                assert pool.cache["prefix_caching"]
+        assert weighted or "weight" not in entry
+    if "1.4" in SUPPORTED_VERSIONS["scenario"]:
+        for role, value in zip(("scenario", "workload", "timing_profile"), documents, strict=True):
+            servesim.load_document(json.dumps(value).encode(), f"{role}.json", role)
