@@ -40,6 +40,12 @@ HARNESS_RULES = {f"R{number}" for number in range(66, 74)} | {"R87"}
 SMALL_CASE_REQUESTS = 6
 
 
+def _profiles(case):  # type: ignore[no-untyped-def]
+    """The case's timing profiles as ``servesim.replay`` takes them: each pool's (R87), or the
+    one file."""
+    return case.pool_profiles() or case.input_paths()["timing_profile"]
+
+
 def _spec_rules() -> set[str]:
     return set(spec_rules((REPO / "SPEC.md").read_text(encoding="utf-8")))
 
@@ -107,7 +113,7 @@ def test_out_of_coverage_case_stops_with_r43_and_has_no_report(case) -> None:  #
     for role, path in paths.items():
         servesim.read_document(path, role)
     with pytest.raises(OutOfCoverage):
-        servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+        servesim.replay(paths["scenario"], paths["workload"], _profiles(case))
 
 
 @pytest.mark.parametrize("case", VALID, ids=[case.id for case in VALID])
@@ -124,7 +130,7 @@ def test_invalid_case_is_rejected_and_has_no_report(case) -> None:  # type: igno
     assert "R5" in case.rules
     paths = case.input_paths()
     with pytest.raises(ServesimError) as raised:
-        servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+        servesim.replay(paths["scenario"], paths["workload"], _profiles(case))
     assert not isinstance(raised.value, OutOfCoverage)  # exit 3 is not invalid input
 
 
