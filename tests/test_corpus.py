@@ -87,8 +87,12 @@ def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no
     if case.trace:
         assert "trace" in case.features
     scenario = json.loads((case.folder / "scenario.json").read_bytes())
-    assert ("prefill.chunked" in case.features) == (
-        scenario["scheduler"]["prefill"]["mode"] == "chunked"
+    # R77: a pool's own scheduler may chunk where the scenario's does not
+    schedulers = [scenario["scheduler"]] + [
+        pool["scheduler"] for pool in scenario["fleet"].get("pools", []) if "scheduler" in pool
+    ]
+    assert ("prefill.chunked" in case.features) == any(
+        scheduler["prefill"]["mode"] == "chunked" for scheduler in schedulers
     )
     assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
     # R69: the timing tags follow the profiles' models (R87: any pool's); no case names a
