@@ -40,6 +40,12 @@ HARNESS_RULES = {f"R{number}" for number in range(66, 74)} | {"R87"}
 SMALL_CASE_REQUESTS = 6
 
 
+def _profiles(case):  # type: ignore[no-untyped-def]
+    """The case's timing profiles as ``servesim.replay`` takes them: each pool's (R87), or the
+    one file."""
+    return case.pool_profiles() or case.input_paths()["timing_profile"]
+
+
 def _spec_rules() -> set[str]:
     return set(spec_rules((REPO / "SPEC.md").read_text(encoding="utf-8")))
 
@@ -81,8 +87,12 @@ def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no
     if case.trace:
         assert "trace" in case.features
     scenario = json.loads((case.folder / "scenario.json").read_bytes())
-    assert ("prefill.chunked" in case.features) == (
-        scenario["scheduler"]["prefill"]["mode"] == "chunked"
+    # R77: a pool's own scheduler may chunk where the scenario's does not
+    schedulers = [scenario["scheduler"]] + [
+        pool["scheduler"] for pool in scenario["fleet"].get("pools", []) if "scheduler" in pool
+    ]
+    assert ("prefill.chunked" in case.features) == any(
+        scheduler["prefill"]["mode"] == "chunked" for scheduler in schedulers
     )
     assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
     # R69: the timing tags follow the profiles' models (R87: any pool's); no case names a
@@ -107,7 +117,7 @@ def test_out_of_coverage_case_stops_with_r43_and_has_no_report(case) -> None:  #
     for role, path in paths.items():
         servesim.read_document(path, role)
     with pytest.raises(OutOfCoverage):
-        servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+        servesim.replay(paths["scenario"], paths["workload"], _profiles(case))
 
 
 @pytest.mark.parametrize("case", VALID, ids=[case.id for case in VALID])
@@ -124,7 +134,7 @@ def test_invalid_case_is_rejected_and_has_no_report(case) -> None:  # type: igno
     assert "R5" in case.rules
     paths = case.input_paths()
     with pytest.raises(ServesimError) as raised:
-        servesim.replay(paths["scenario"], paths["workload"], paths["timing_profile"])
+        servesim.replay(paths["scenario"], paths["workload"], _profiles(case))
     assert not isinstance(raised.value, OutOfCoverage)  # exit 3 is not invalid input
 
 

@@ -24,7 +24,6 @@ def golden_report(snapshot: SnapshotAssertion) -> SnapshotAssertion:
 @pytest.mark.parametrize("case", VALID_CASES, ids=[case.id for case in VALID_CASES])
 def test_reference_report_matches_golden(case, golden_report: SnapshotAssertion) -> None:  # type: ignore[no-untyped-def]
     paths = case.input_paths()
-    report = servesim.replay(
-        paths["scenario"], paths["workload"], paths["timing_profile"], trace=case.trace
-    )
+    profiles = case.pool_profiles() or paths["timing_profile"]  # R87: per pool, or one for all
+    report = servesim.replay(paths["scenario"], paths["workload"], profiles, trace=case.trace)
     assert report == golden_report(name=case.folder.name)
