@@ -108,7 +108,8 @@ def test_the_json_summary_names_every_figure(
 ) -> None:
     assert main(["summary", "--json", str(hand_report)]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert set(summary) == {"report", "schema_version", "traced", "inputs", "figures"}
+    assert set(summary) == {"report", "schema_version", "traced", "inputs", "figures", "pools"}
+    assert [pool["name"] for pool in summary["pools"]] == ["default"]  # R85, one pool
     assert set(summary["inputs"]) == {
         "scenario_sha256",
         "workload_sha256",
@@ -483,3 +484,29 @@ def test_figures_of_a_report_6_0_are_those_of_its_4_0_original(hand_report: Path
     assert replace(read_figures(older), file="", schema_version="") == replace(
         figures, file="", schema_version=""
     )
+
+
+def test_pools_get_a_line_each_and_a_pool_without_a_cache_is_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """R85: a pool without a cache has workers whose ``kv_cache`` is null beside a pool with
+    one; the summary reads both and shows a line per pool (two pools here)."""
+    case = Path(__file__).parents[1] / "golden" / "valid" / "pools-reject-by-one-pools-cache"
+    report = case / "expected-report.json"
+    figures = read_figures(report)
+    assert [pool.name for pool in figures.pools] == [
+        pool["name"] for pool in json.loads(report.read_bytes())["pools"]
+    ]
+    assert figures.kv_cache is not None
+    assert figures.shows_pools()
+    assert main(["summary", str(report)]) == 0
+    table = capsys.readouterr().out
+    for pool in figures.pools:
+        assert f"  {pool.name}: {pool.workers} workers x {pool.dp_size} ranks" in table
+
+
+def test_one_pool_of_one_rank_workers_shows_no_pool_lines(hand_report: Path) -> None:
+    """A fleet written as ``fleet.workers`` is R77's one pool: its summary is what it was."""
+    figures = read_figures(hand_report)
+    assert [pool.name for pool in figures.pools] == ["default"]
+    assert not figures.shows_pools()

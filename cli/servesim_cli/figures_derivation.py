@@ -88,8 +88,35 @@ def figures_of(value: Any, file: str) -> ReportFigures:
         cut_off=summary.get("cut_off", 0),
         sessions=len({r.get("session") for r in value["requests"]} - {None}),
         goodput=_goodput_figures(summary, makespan),
-        pools=tuple(_pool_figures(pool, makespan) for pool in value.get("pools", ())),
+        pools=tuple(_pool_figures(pool, makespan) for pool in _pools(value)),
     )
+
+
+def _pools(value: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """R85's pools; before report 6.0, the one pool ``"default"`` R86's migration gives."""
+    if "pools" in value:
+        return list(value["pools"])
+    workers = value["workers"]
+    completed = [r for r in value["requests"] if r["outcome"] == "completed"]
+    caches = [worker.get("kv_cache") for worker in workers]
+    return [
+        {
+            "name": "default",
+            "workers": len(workers),
+            "dp_size": 1,
+            "routed": sum(worker["routed"] for worker in workers),
+            "completed": len(completed),
+            "output_tokens": sum(request["output_tokens"] for request in completed),
+            "busy_us": sum(worker["busy_us"] for worker in workers),
+            "kv_cache": None
+            if any(cache is None for cache in caches)
+            else {
+                "peak_blocks_in_use": max(cache["peak_blocks_in_use"] for cache in caches),
+                "preemptions": sum(cache["preemptions"] for cache in caches),
+                "evictions": sum(cache["evictions"] for cache in caches),
+            },
+        }
+    ]
 
 
 def _pool_figures(pool: Mapping[str, Any], makespan_us: int) -> PoolFigures:
@@ -138,7 +165,12 @@ def _kv_cache_figures(
         prefix_reuse_ratio=_quotient(cache["reused_prompt_tokens"], summary["prompt_tokens"]),
         preemptions=cache["preemptions"],
         evictions=cache["evictions"],
-        peak_blocks_in_use=max(worker["kv_cache"]["peak_blocks_in_use"] for worker in workers),
+        # R85: with pools, a worker of a pool without a cache has kv_cache null.
+        peak_blocks_in_use=max(
+            worker["kv_cache"]["peak_blocks_in_use"]
+            for worker in workers
+            if worker["kv_cache"] is not None
+        ),
     )
 
 
