@@ -19,7 +19,7 @@ def run_report(
     results: list[CaseResult],
     agreement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable record of one run (schemas/harness/v4/run-report.schema.json);
+    """The machine-readable record of one run (schemas/harness/v5/run-report.schema.json);
     ``agreement`` is the section of an agreement run (``agreement_run.agreement_section``)."""
     counts = Counter(result.outcome for result in results)
     report = {
