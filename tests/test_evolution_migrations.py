@@ -124,7 +124,19 @@ def _has_a_4_0_form(path: Path) -> bool:
     older than 5.0 does (R64): no sessions, closed loop, stop time or objectives."""
     scenario = json.loads((path.parent / "scenario.json").read_bytes())
     workload = json.loads((path.parent / "workload.json").read_bytes())
-    return not ({"closed_loop", "stop_at_us", "slo"} & set(scenario) or "sessions" in workload)
+    section_13 = {"closed_loop", "stop_at_us", "slo"} & set(scenario) or "sessions" in workload
+    return not section_13 and _has_a_5_0_form(scenario)
+
+
+def _has_a_5_0_form(scenario: dict[str, Any]) -> bool:
+    """Whether a scenario uses none of section 15's members, as every report older than 6.0
+    comes from (R86): no pools, no ranks, no weighted round robin."""
+    fleet = scenario["fleet"]
+    return not (
+        "pools" in fleet
+        or "dp_size" in fleet
+        or scenario["routing"]["policy"] == "weighted_round_robin"
+    )
 
 
 #: Every golden report of inputs without section 13's members: each has a 4.0 form (R64).
