@@ -11,12 +11,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import servesim
 from servesim.contract.errors import InvalidInput
 from servesim.engine.routing import WeightedRoundRobinRouter
-from tests.helpers import run_servesim, timing_doc, workload_doc
+from servesim_conformance.evolution.strategies import documents
+from servesim_conformance.strategies import session_input_triples
+from tests.helpers import REPO, run_servesim, timing_doc, workload_doc
 
 FAST = timing_doc(step_overhead_ns=1_000_000, prefill_token_ns=10_000, decode_token_ns=100_000)
 SLOW = timing_doc(step_overhead_ns=2_000_000, prefill_token_ns=20_000, decode_token_ns=200_000)
@@ -382,3 +387,30 @@ def test_r84_per_pool_profiles_in_any_order_give_the_same_report(
         report["inputs"]["timing_profile"]["sha256"]
         == report["inputs"]["timing_profiles"][1]["sha256"]
     )
+
+
+# --- R35, R86: scenario 1.4 is a minor version -----------------------------------------------
+
+
+def _released_scenario(version: str) -> Any:
+    path = REPO / "schemas" / "released" / version / "scenario.schema.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_r86_every_scenario_1_3_is_a_scenario_1_4(data: st.DataObject) -> None:
+    """The reviewer's decision for scenario 1.4 (schemas/reviews/issue-23-scenario-1-4.md):
+    backward compatible, so a minor version is right. ``servesim schema review`` leaves the
+    verdict undecided (the new ``oneOf`` of ``fleet`` and the changed top-level ``if`` are
+    beyond its rules), so the decision rests on this: any 1.3 scenario, drawn from the 1.3
+    schema or as the conformance suite draws section 13's scenarios, relabelled, is valid
+    under 1.4."""
+    old, new = _released_scenario("1.3"), _released_scenario("1.4")
+    if data.draw(st.booleans()):
+        scenario = data.draw(documents(old))
+        assume(jsonschema.Draft202012Validator(old).is_valid(scenario))
+    else:
+        scenario = data.draw(session_input_triples())[0]
+        jsonschema.validate(scenario, old)
+    jsonschema.validate({**scenario, "schema_version": "1.4"}, new)
