@@ -1,23 +1,24 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11, 12 and 13 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11, 12, 13 and 15 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
 profile, the schema versions it reads, section 11's members with R4's checks of them,
-section 12's routing members and section 13's members with R4's checks of them), so the
-suite's invalid tier finds that. By default (or with --report-version 5.0) it reads scenarios
-1.0 to 1.3 (1.3: the closed loop, the stop time and the objectives of section 13; 1.2: the
-state-aware routing of section 12), workloads 1.0 to 1.2 (1.2: section 13's sessions; 1.1 and
-scenario 1.1: the KV cache, prefix caching and preemption of section 11) and timing profiles
-1.0 and 1.1 (the synthetic_linear, grid and regression models), and writes report 5.0, the
-current one. With --report-version 4.0 it writes report 4.0 and reads scenarios up to 1.2 and
-workloads up to 1.1; with --report-version 3.0 it writes report 3.0 and reads scenarios and
-workloads up to 1.1; with --report-version 2.0 it writes report 2.0 and reads 1.0 scenarios
-and workloads only (R2, R38: a scenario 1.3 or a workload 1.2 is refused, exit 2, unless
-report 5.0 is written). It speaks conformance
-protocol 2 (exit 3 when a step's shape is outside the profile's coverage, R43). See README.md,
-QUESTIONS-kv.md, QUESTIONS-routing.md and QUESTIONS-sessions.md beside it.
+section 12's routing members, section 13's members with R4's checks of them, and section 15's
+pools with R77's checks and R84's --timing-profile arguments), so the suite's invalid tier
+finds that. By default (or with --report-version 6.0) it reads scenarios 1.0 to 1.4 (1.4: the
+pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time and
+the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0 to 1.2
+(1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and preemption
+of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and regression
+models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and writes
+report 6.0, the current one. With --report-version 5.0 it writes report 5.0 and reads
+scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up to 1.1; with
+3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only
+(R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside the
+profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
+QUESTIONS-routing.md, QUESTIONS-sessions.md and QUESTIONS-pools.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -176,25 +177,107 @@ READS = {
     "4.0": {"scenario": ["1.0", "1.1", "1.2"], "workload": ["1.0", "1.1"]},
     # R38: reading scenario 1.3 or workload 1.2 needs report 5.0
     "5.0": {"scenario": ["1.0", "1.1", "1.2", "1.3"], "workload": ["1.0", "1.1", "1.2"]},
+    # R86: reading scenario 1.4 (pools, dp_size, weighted round robin) needs report 6.0
+    "6.0": {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4"],
+        "workload": ["1.0", "1.1", "1.2"],
+    },
 }
 STATE_AWARE = ("least_loaded", "cache_aware")  # section 12
 WEIGHTS = ("prefill_weight", "load_weight")  # R56
 
 
-class Worker:
-    def __init__(self, i, kv):
-        self.i = i
+POOL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def is_pool_name(x):  # R77: 1 to 64 characters, each an ASCII letter, digit, "_" or "-"
+    return isinstance(x, str) and 1 <= len(x) <= 64 and all(c in POOL_NAME_CHARS for c in x)
+
+
+class Pool:
+    """A pool (R77): its name, workers, ranks per worker, weight, limits, cache and profile."""
+
+    def __init__(self, name, workers, dp_size, weight, limits, kv):
+        self.name = name
+        self.workers = workers
+        self.dp_size = dp_size
+        self.weight = weight
+        self.limits = limits  # the scheduler it uses: its own or the scenario's
+        self.kv = kv  # the kv_cache it uses: its own, the scenario's or None
+        self.tp = self.tp_path = self.tp_raw = self.timer = None  # its timing profile (R84)
+
+
+def pools_of(scn):
+    """R77: the fleet as pools. fleet.workers (with fleet.dp_size, 1 when absent) is one pool
+    named "default" with the scenario's scheduler and kv_cache and weight 1."""
+    fleet = scn["fleet"]
+    if "pools" not in fleet:
+        return [
+            Pool(
+                "default",
+                fleet["workers"],
+                fleet.get("dp_size", 1),
+                1,
+                scn["scheduler"],
+                scn.get("kv_cache"),
+            )
+        ]
+    return [
+        Pool(
+            p["name"],
+            p["workers"],
+            p.get("dp_size", 1),
+            p.get("weight", 1),
+            p.get("scheduler", scn["scheduler"]),
+            p.get("kv_cache", scn.get("kv_cache")),
+        )
+        for p in fleet["pools"]
+    ]
+
+
+class Rank:
+    """One scheduler (R78): a rank q of a worker, with its own waiting queue and running list,
+    its pool's limits and its own cache (registry, release numbers, counters). With dp_size 1
+    it is the worker of sections 2 to 13."""
+
+    def __init__(self, worker, q, pool, H):
+        self.worker = worker
+        self.q = q
+        self.pool = pool
         self.waiting = []  # FIFO
         self.running = []
-        self.busy = False
-        self.sched_pending = False
         self.routed = self.completed = self.steps = self.busy_us = 0
         self.peak_running = self.peak_waiting = 0
         self.prefill_tokens = self.decode_tokens = self.output_tokens = 0
-        self.inflight = None
-        self.outstanding = 0  # R54: routed here and not completed
-        self.load_blocks = 0  # R54: their prompts in blocks (with a cache)
+        self.step = None  # its step in the pass in flight: (decode, allot, duration)
+        self.outstanding = 0  # R54, R82: routed here and not completed
+        self.load_blocks = 0  # R54, R82: their prompts in blocks (with a cache)
+        kv = pool.kv
         self.cache = None if kv is None else Cache(kv["blocks"], kv["block_tokens"])
+        if self.cache is not None:
+            self.cache.caching = bool(kv["prefix_caching"])
+            self.cache.k = H // kv["block_tokens"] if H else None  # R47: blocks per hash
+
+
+class Worker:
+    """A worker (R78): global index i, its pool, its index within the pool and its ranks,
+    which share one pass barrier (R83)."""
+
+    def __init__(self, i, pool, pool_worker, H):
+        self.i = i
+        self.pool = pool
+        self.pool_worker = pool_worker
+        self.ranks = [Rank(self, q, pool, H) for q in range(pool.dp_size)]
+        self.busy = False  # a pass is in flight (R83)
+        self.sched_pending = False
+        self.steps = self.busy_us = 0  # its passes and their durations (R85)
+        self.peak_running = self.peak_waiting = self.peak_blocks = 0  # totals over ranks (R85)
+        self.inflight = None  # the pass in flight: (start, end, [rank with a step, ...])
+        self.rotation = 0  # R80: requests the policy placed here so far
+        self.current = 0  # R81: the current weight
+
+    def waiting_total(self):
+        return sum(len(rk.waiting) for rk in self.ranks)
 
 
 class InvalidInput(Exception):
@@ -421,6 +504,26 @@ def check_routing(scn):
         return probs
     policy = routing.get("policy")
     version = scn.get("schema_version")
+    if policy == "weighted_round_robin":  # R81: scenario 1.4, no other member
+        if version != "1.4":
+            probs.append(
+                (
+                    "scenario",
+                    "/routing/policy",
+                    '"weighted_round_robin" only in a scenario 1.4 (R86); got a scenario %s'
+                    % version,
+                )
+            )
+        for m in sorted(routing):
+            if m != "policy":
+                probs.append(
+                    (
+                        "scenario",
+                        "/routing/" + pointer_token(m),
+                        'no such member with policy "weighted_round_robin" (R81)',
+                    )
+                )
+        return probs
     if policy not in ("round_robin", "random", *STATE_AWARE):
         probs.append(
             (
@@ -473,7 +576,9 @@ def check_routing(scn):
                 ("scenario", "/routing", "prefill_weight and load_weight not both 0 (R56)")
             )
         kv = scn.get("kv_cache")
-        if not isinstance(kv, dict):
+        if isinstance(scn.get("fleet"), dict) and "pools" in scn["fleet"]:
+            pass  # R77: each pool's cache, checked by check_pools
+        elif not isinstance(kv, dict):
             probs.append(
                 (
                     "scenario",
@@ -493,6 +598,149 @@ def check_routing(scn):
     return probs
 
 
+def check_pools(scn, wl):
+    """The checks of section 15's members (R3, R4, R77, R86): a list of (role, pointer,
+    expected). The pools' own scheduler and kv_cache are checked only for R4's agreements."""
+    probs = []
+    fleet = scn.get("fleet")
+    if not isinstance(fleet, dict):
+        return probs
+    v14 = scn.get("schema_version") == "1.4"
+    policy = scn.get("routing", {}).get("policy") if isinstance(scn.get("routing"), dict) else None
+    if "dp_size" in fleet:
+        if not v14:
+            probs.append(
+                ("scenario", "/fleet/dp_size", 'no dp_size before schema_version "1.4" (R86)')
+            )
+        elif "pools" in fleet:
+            probs.append(("scenario", "/fleet/dp_size", "no fleet.dp_size with fleet.pools (R77)"))
+        elif not is_int(fleet["dp_size"], 1, 1024):
+            probs.append(("scenario", "/fleet/dp_size", "an integer 1 to 1024 (R77)"))
+    if "pools" not in fleet:
+        return probs
+    if not v14:
+        probs.append(("scenario", "/fleet/pools", 'no pools before schema_version "1.4" (R86)'))
+        return probs
+    if "workers" in fleet:
+        probs.append(("scenario", "/fleet", "exactly one of workers and pools (R77)"))
+    pools = fleet["pools"]
+    if not isinstance(pools, list) or not 1 <= len(pools) <= 256:
+        probs.append(("scenario", "/fleet/pools", "a list of 1 to 256 pools (R77)"))
+        return probs
+    seen = set()
+    ok = True
+    H = wl.get("prefix_hash_block_tokens") if isinstance(wl, dict) else None
+    members = ("name", "workers", "dp_size", "scheduler", "kv_cache", "weight")
+    for i, p in enumerate(pools):
+        at = "/fleet/pools/%d" % i
+        if not isinstance(p, dict):
+            probs.append(("scenario", at, "a pool object (R77)"))
+            ok = False
+            continue
+        for m in sorted(p):
+            if m not in members:
+                probs.append(("scenario", at + "/" + pointer_token(m), "no such member (R3)"))
+        for m in ("name", "workers"):
+            if m not in p:
+                probs.append(("scenario", at, "the required member %s (R77)" % m))
+                ok = False
+        if "name" in p:
+            if not is_pool_name(p["name"]):
+                probs.append(
+                    ("scenario", at + "/name", "1 to 64 ASCII letters, digits, _ or - (R77)")
+                )
+            elif p["name"] in seen:
+                probs.append(("scenario", at + "/name", "a name no earlier pool has (R4, R77)"))
+            else:
+                seen.add(p["name"])
+        if "workers" in p and not is_int(p["workers"], 1, 65536):
+            probs.append(("scenario", at + "/workers", "an integer 1 to 65536 (R77)"))
+            ok = False
+        if "dp_size" in p and not is_int(p["dp_size"], 1, 1024):
+            probs.append(("scenario", at + "/dp_size", "an integer 1 to 1024 (R77)"))
+            ok = False
+        if "weight" in p:
+            if policy != "weighted_round_robin":
+                probs.append(
+                    (
+                        "scenario",
+                        at + "/weight",
+                        'no weight unless routing.policy is "weighted_round_robin" (R4, R77)',
+                    )
+                )
+            elif not is_int(p["weight"], 1, 65536):
+                probs.append(("scenario", at + "/weight", "an integer 1 to 65536 (R77)"))
+        sch = p.get("scheduler")
+        if isinstance(sch, dict):
+            mns, mbt = sch.get("max_num_seqs"), sch.get("max_batched_tokens")
+            if type(mns) is int and type(mbt) is int and mbt < mns:
+                probs.append(
+                    (
+                        "scenario",
+                        at + "/scheduler/max_batched_tokens",
+                        "at least max_num_seqs (R4, R77)",
+                    )
+                )
+        kv = p.get("kv_cache")
+        if "kv_cache" in p and not (
+            isinstance(kv, dict)
+            and set(kv) == {"blocks", "block_tokens", "prefix_caching"}
+            and is_int(kv["blocks"], 1, 2**32 - 1)
+            and is_int(kv["block_tokens"], 1, 2**20)
+            and type(kv["prefix_caching"]) is bool
+        ):
+            probs.append(
+                (
+                    "scenario",
+                    at + "/kv_cache",
+                    "an object {blocks, block_tokens, prefix_caching} (R45, R77)",
+                )
+            )
+        elif isinstance(kv, dict) and is_int(H, 1, 2**20) and H % kv["block_tokens"] != 0:
+            probs.append(
+                (
+                    "workload",
+                    "/prefix_hash_block_tokens",
+                    "a multiple of pool %s's kv_cache.block_tokens %d, got %d (R4, R77)"
+                    % (p.get("name"), kv["block_tokens"], H),
+                )
+            )
+    if ok:
+        if sum(p["workers"] for p in pools) > 65536:
+            probs.append(("scenario", "/fleet/pools", "at most 65536 workers in all (R4, R77)"))
+        elif sum(p["workers"] * p.get("dp_size", 1) for p in pools) > 2**20:
+            probs.append(("scenario", "/fleet/pools", "at most 2^20 ranks in all (R4, R77)"))
+    if policy == "cache_aware":  # R77: every pool a prefix cache, one block size
+        B = None
+        for i, p in enumerate(pools):
+            if not isinstance(p, dict):
+                continue
+            own = "kv_cache" in p
+            kv = p["kv_cache"] if own else scn.get("kv_cache")
+            at = "/fleet/pools/%d" % i + ("/kv_cache" if own else "")
+            if not isinstance(kv, dict) or kv.get("prefix_caching") is not True:
+                probs.append(
+                    (
+                        "scenario",
+                        at,
+                        'a cache with prefix_caching true for policy "cache_aware" (R4, R77)',
+                    )
+                )
+                break
+            if B is None:
+                B = kv.get("block_tokens")
+            elif kv.get("block_tokens") != B:
+                probs.append(
+                    (
+                        "scenario",
+                        at,
+                        'the same block_tokens as every pool under "cache_aware" (R4, R77)',
+                    )
+                )
+                break
+    return probs
+
+
 def is_id(x):  # R3, R59: 1 to 128 characters from "!" to "~"
     return isinstance(x, str) and 1 <= len(x) <= 128 and all("!" <= c <= "~" for c in x)
 
@@ -508,7 +756,7 @@ def check_sessions(scn, wl):
     sv, wv = scn.get("schema_version"), wl.get("schema_version")
     # scenario: closed_loop (R61), stop_at_us (R62), slo (R63), each needing 1.3 (R64)
     for m in ("closed_loop", "stop_at_us", "slo"):
-        if m in scn and sv != "1.3":
+        if m in scn and sv not in ("1.3", "1.4"):
             probs.append(
                 (
                     "scenario",
@@ -516,7 +764,7 @@ def check_sessions(scn, wl):
                     'no %s in a scenario %s: it needs schema_version "1.3" (R64)' % (m, sv),
                 )
             )
-    if sv == "1.3":
+    if sv in ("1.3", "1.4"):
         if "closed_loop" in scn:
             cl = scn["closed_loop"]
             if not isinstance(cl, dict):
@@ -582,8 +830,7 @@ def check_sessions(scn, wl):
                         (
                             "workload",
                             "/requests/%d/%s" % (i, m),
-                            'no %s in a workload %s: it needs schema_version "1.2" (R64)'
-                            % (m, wv),
+                            'no %s in a workload %s: it needs schema_version "1.2" (R64)' % (m, wv),
                         )
                     )
     else:
@@ -690,7 +937,7 @@ def check_sessions(scn, wl):
     stop = scn.get("stop_at_us")
     arrivals = [r.get("arrival_us") for r in reqs if isinstance(r, dict)]
     arrivals = [a for a in arrivals if type(a) is int]
-    if sv == "1.3" and is_int(stop, 1, MAX_T) and arrivals and stop <= min(arrivals):
+    if sv in ("1.3", "1.4") and is_int(stop, 1, MAX_T) and arrivals and stop <= min(arrivals):
         probs.append(
             (
                 "scenario",
@@ -765,7 +1012,8 @@ def make_timer(tp):
     return regression
 
 
-def uncovered_message(tp, tp_path, shape, worker, start):  # R43's stderr message
+def uncovered_message(pool, shape, worker, rank, start):  # R43's stderr message
+    tp = pool.tp
     cov = tp["model"]["coverage"]
     outside = []
     for k, v in zip(DIMS, shape):
@@ -774,51 +1022,49 @@ def uncovered_message(tp, tp_path, shape, worker, start):  # R43's stderr messag
             outside.append("%s %d is outside the covered range [%d, %d]" % (k, v, lo, hi))
     return (
         "error: step shape (decode_requests %d, context_tokens %d, prefill_tokens %d) formed by "
-        "worker %d at %d us is outside the timing profile's coverage: %s; profile %s, "
-        "calibration %s (R43)"
+        "worker %d rank %d (pool %s) at %d us is outside the timing profile's coverage: %s; "
+        "profile %s, calibration %s (R43, R83)"
         % (
             shape
             + (
                 worker,
+                rank,
+                pool.name,
                 start,
                 "; ".join(outside),
-                tp_path,
+                pool.tp_path,
                 json.dumps(tp.get("calibration"), sort_keys=True),
             )
         )
     )
 
 
-def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.0"):
-    N = scn["fleet"]["workers"]
+def simulate(scn, wl, pools, trace_on, report_version="3.0"):
+    """The event loop (R7). pools are pools_of(scn), each with its timing profile (R84)."""
     policy = scn["routing"]["policy"]
     # R15, R58: one generator for the run, with "random" or a state-aware policy with a seed
     rng = splitmix(scn["routing"]["seed"]) if "seed" in scn["routing"] else None
     prefill_weight = scn["routing"].get("prefill_weight", 1)  # R56: 1 when absent
     load_weight = scn["routing"].get("load_weight", 1)
-    sch = scn["scheduler"]
-    max_seqs = sch["max_num_seqs"]
-    mbt = sch["max_batched_tokens"]
-    mml = sch["max_model_len"]
-    mode = sch["prefill"]["mode"]
-    mct = sch["prefill"].get("max_chunk_tokens")
-    timer = make_timer(tp)
-    kv = scn.get("kv_cache")  # R45
-    B = kv["block_tokens"] if kv else None
-    caching = bool(kv and kv["prefix_caching"])
     H = wl.get("prefix_hash_block_tokens")
-    k = H // B if (kv and H) else None  # engine blocks per hashed block (R47)
 
     closed = scn.get("closed_loop")  # R61
     stop = scn.get("stop_at_us")  # R62
     reqs = [Req(i, d) for i, d in enumerate(wl["requests"])]
-    workers = [Worker(i, kv) for i in range(N)]
+    # R78: workers numbered across pools in pool order
+    workers = []
+    for p in pools:
+        for j in range(p.workers):
+            workers.append(Worker(len(workers), p, j, H))
+    N = len(workers)
+    W = sum(w.pool.weight for w in workers)  # R81
+    schedulers = [rk for w in workers for rk in w.ranks]  # R82: worker index, then rank
     heap = []
     seq = [0]
 
     def push(t, prio, payload):
         # R7: a completion's order is its creation order, an arrival's its request's workload
-        # position (R60), a scheduling event's its worker's index
+        # position (R60), a scheduling event's its worker's index (R83: the worker's event)
         order = payload.i if prio == 2 else payload.idx if prio == 1 else seq[0]
         heapq.heappush(heap, (t, prio, order, payload))
         seq[0] += 1
@@ -881,104 +1127,133 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
     routed_count = [0]
     trace = []
 
-    def maybe_schedule(w, now):
-        if not w.busy and (w.running or w.waiting) and not w.sched_pending:
+    def maybe_schedule(w, now):  # R16, R83: an idle worker with work on any rank
+        has_work = any(rk.running or rk.waiting for rk in w.ranks)
+        if not w.busy and has_work and not w.sched_pending:
             w.sched_pending = True
             push(now, 2, w)
 
-    def identity(r, j):  # R47: None when block j of r is not identified
-        if not caching or not r.hashes:
+    def identity(r, j, c):  # R47 in cache c: None when block j of r is not identified
+        if not c.caching or not r.hashes:
             return None
-        if (j + 1) * B > r.prompt or j >= k * len(r.hashes):
+        if (j + 1) * c.B > r.prompt or j >= c.k * len(r.hashes):
             return None
-        return (j, tuple(r.hashes[: j // k + 1]))
+        return (j, tuple(r.hashes[: j // c.k + 1]))
 
-    def cached_at(w, r):  # R54's cached(w, r): w's registry as it is now
+    def cached_at(rk, r):  # R54, R82's cached(w, q, r): rank q's own registry as it is now
+        c = rk.cache
         h = 0
-        while h < r.prompt // B:
-            ident = identity(r, h)  # None without prefix caching or beyond the hashes
-            if ident is None or ident not in w.cache.registry:
+        while h < r.prompt // c.B:
+            ident = identity(r, h, c)  # None without prefix caching or beyond the hashes
+            if ident is None or ident not in c.registry:
                 break
             h += 1
         return h
 
-    def route(r):  # R12: the index of the worker an accepted request joins
-        if policy == "round_robin":  # R13
-            return routed_count[0] % N
-        if policy == "random":  # R15
-            return next(rng) % N
-        if policy == "least_loaded":  # R55
-            costs = [w.outstanding for w in workers]
-        elif policy == "cache_aware":  # R56
-            blocks = ceil_div(r.prompt, B)
+    def rotate(w):  # R80: the j-th request placed on w joins rank j mod dp_size
+        rk = w.ranks[w.rotation % len(w.ranks)]
+        w.rotation += 1
+        return rk
+
+    def route(r):  # R12, R80 to R82: the rank an accepted request joins
+        if policy == "round_robin":  # R13, R80
+            return rotate(workers[routed_count[0] % N])
+        if policy == "random":  # R15, R80
+            return rotate(workers[next(rng) % N])
+        if policy == "weighted_round_robin":  # R81: smooth weighted round robin
+            for w in workers:
+                w.current += w.pool.weight
+            best = workers[0]
+            for w in workers:
+                if w.current > best.current:  # strictly larger: the lowest index keeps a tie
+                    best = w
+            best.current -= W
+            return rotate(best)
+        if policy == "least_loaded":  # R55, R82
+            costs = [rk.outstanding for rk in schedulers]
+        elif policy == "cache_aware":  # R56, R82 (R77: one block size under cache_aware)
             costs = [
-                prefill_weight * (blocks - cached_at(w, r)) + load_weight * w.load_blocks
-                for w in workers
+                prefill_weight * (ceil_div(r.prompt, rk.cache.B) - cached_at(rk, r))
+                + load_weight * rk.load_blocks
+                for rk in schedulers
             ]
         else:
             raise AssertionError("unknown routing policy %r" % policy)
-        # R58: the tied workers in index order; the lowest index, or the one a draw picks (each
-        # routed request takes a draw when there is a seed, tie or not)
+        # R58, R82: the tied schedulers in (worker, rank) order; the first, or the one a draw
+        # picks (each routed request takes a draw when there is a seed, tie or not)
         tied = [i for i, c in enumerate(costs) if c == min(costs)]
-        best = tied[0] if rng is None else tied[next(rng) % len(tied)]
-        if caching:  # R57: what the router saw of the worker it chose
-            r.cached_at_routing = cached_at(workers[best], r)
+        best = schedulers[tied[0] if rng is None else tied[next(rng) % len(tied)]]
+        if best.cache is not None and best.cache.caching:  # R57, R82: of the rank it joined
+            r.cached_at_routing = cached_at(best, r)
         return best
 
-    def preempt(w, v, preempted):  # R49, the victim's four actions in order
-        w.running.remove(v)
+    def note_waiting(rk):  # R29 on the rank's own queue; R85's total over the worker's ranks
+        rk.peak_waiting = max(rk.peak_waiting, len(rk.waiting))
+        w = rk.worker
+        w.peak_waiting = max(w.peak_waiting, w.waiting_total())
+
+    def preempt(rk, v, preempted):  # R49, the victim's four actions in order
+        rk.running.remove(v)
         v.running = False
-        w.cache.release(v)
+        rk.cache.release(v)
         v.cached = 0
         v.target = v.prompt + len(v.tokens)
-        w.waiting.insert(0, v)
-        w.peak_waiting = max(w.peak_waiting, len(w.waiting))  # QUESTIONS-kv.md, Q3
+        rk.waiting.insert(0, v)  # R78: the head of its own rank's queue
+        note_waiting(rk)  # QUESTIONS-kv.md, Q3
         v.preemptions += 1
-        w.cache.preemptions += 1
+        rk.cache.preemptions += 1
         preempted.append(v.id)
 
-    def obtain(w, r, new_cached, given, preempted):
+    def obtain(rk, r, new_cached, given, preempted):
         """R49: give running request r the blocks for new_cached cached tokens, preempting
         victims while they cannot be had; False when r itself was the victim."""
-        c = w.cache
-        n = ceil_div(new_cached, B) - len(r.blocks)
+        c = rk.cache
+        n = ceil_div(new_cached, c.B) - len(r.blocks)
         while c.free() + len(c.cached) < n:
             victim = r
-            for x in reversed(w.running):
+            for x in reversed(rk.running):
                 if x is not r and x not in given:
                     victim = x
                     break
-            preempt(w, victim, preempted)
+            preempt(rk, victim, preempted)
             if victim is r:
                 return False
         for _ in range(n):
             r.blocks.append(c.take())
         return True
 
-    def form_step(w, now):
-        budget = mbt
+    def form_step(rk, now):
+        """Sections 5 and 11 for one rank, with its own queues, its pool's limits and its own
+        cache (R78, R83). Returns (decode, allot, preempted, shape, blocks in use)."""
+        lim = rk.pool.limits
+        max_seqs = lim["max_num_seqs"]
+        mode = lim["prefill"]["mode"]
+        mct = lim["prefill"].get("max_chunk_tokens")
+        cache = rk.cache
+        B = cache.B if cache is not None else None
+        budget = lim["max_batched_tokens"]
         given = set()  # requests given a decode token or an allotment in this step
         preempted = []
         decode = []
         # R17 / R50.1: decode first
-        for r in list(w.running):
+        for r in list(rk.running):
             if not r.running or not r.decoding:
                 continue  # preempted by an earlier request, or in Prefill
-            if w.cache is not None and not obtain(w, r, r.cached + 1, given, preempted):
+            if cache is not None and not obtain(rk, r, r.cached + 1, given, preempted):
                 continue
             decode.append(r)
             given.add(r)
             budget -= 1
         allot = []  # (request, allotment, cached tokens before)
         # R18 / R50.2: running prefills
-        for r in list(w.running):
+        for r in list(rk.running):
             if not r.running or r.decoding or r in given:
                 continue
             if budget <= 0:
                 break
             rem = r.target - r.cached
             a = min(rem, mct, budget) if mode == "chunked" else min(rem, budget)
-            if w.cache is not None and not obtain(w, r, r.cached + a, given, preempted):
+            if cache is not None and not obtain(rk, r, r.cached + a, given, preempted):
                 continue
             allot.append((r, a, r.cached))
             given.add(r)
@@ -988,18 +1263,18 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
         for r, a, _ in allot:
             r.cached += a
         # R19 / R50.3: admission, only when nobody was preempted
-        while not preempted and w.waiting and budget > 0 and len(w.running) < max_seqs:
-            hd = w.waiting[0]
+        while not preempted and rk.waiting and budget > 0 and len(rk.running) < max_seqs:
+            hd = rk.waiting[0]
             L = hd.prompt + len(hd.tokens)  # R48
             hits = []
-            if w.cache is not None:
+            if cache is not None:
                 while len(hits) < (L - 1) // B:
-                    ident = identity(hd, len(hits))
-                    if ident is None or ident not in w.cache.registry:
+                    ident = identity(hd, len(hits), cache)
+                    if ident is None or ident not in cache.registry:
                         break
-                    hits.append(w.cache.registry[ident])
+                    hits.append(cache.registry[ident])
             h = len(hits)
-            rem = L - h * B if w.cache is not None else L
+            rem = L - h * B if cache is not None else L
             if mode == "chunked":
                 a = min(rem, mct, budget)
             elif hd.preemptions > 0:
@@ -1008,101 +1283,131 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                 a = rem if rem <= budget else 0
             if a == 0:
                 break
-            if w.cache is not None:
+            if cache is not None:
                 need = ceil_div(h * B + a, B) - h
                 own_cached = sum(1 for b in hits if b.holders == 0)
-                if need > w.cache.free() + len(w.cache.cached) - own_cached:
+                if need > cache.free() + len(cache.cached) - own_cached:
                     break
-            w.waiting.pop(0)
+            rk.waiting.pop(0)
             hd.target = L
             hd.cached = 0
-            if w.cache is not None:
+            if cache is not None:
                 for b in hits:
-                    w.cache.hold(b)
+                    cache.hold(b)
                 hd.blocks = list(hits)
                 for _ in range(need):
-                    hd.blocks.append(w.cache.take())
+                    hd.blocks.append(cache.take())
                 hd.cached = h * B
                 if hd.preemptions == 0:
                     hd.reused = h * B
-                w.cache.reused_tokens += h * B
-            w.running.append(hd)
+                cache.reused_tokens += h * B
+            rk.running.append(hd)
             hd.running = True
             if hd.first_sched is None:
                 hd.first_sched = now
             allot.append((hd, a, hd.cached))
             hd.cached += a
             budget -= a
-        w.peak_running = max(w.peak_running, len(w.running))
+        rk.peak_running = max(rk.peak_running, len(rk.running))
         D = len(decode)
         C = sum(r.prompt + len(r.tokens) for r in decode)  # R22: context at the step's start
         P = sum(a for _, a, _ in allot)
         assert D + P >= 1
         in_use = None
-        if w.cache is not None:
-            w.cache.check()
-            in_use = w.cache.held
-            w.cache.peak = max(w.cache.peak, in_use)
-            for r in w.running:  # R21: a running request holds the blocks of its cached tokens
+        if cache is not None:
+            cache.check()
+            in_use = cache.held
+            cache.peak = max(cache.peak, in_use)
+            for r in rk.running:  # R21: a running request holds the blocks of its cached tokens
                 assert len(r.blocks) == ceil_div(r.cached, B)
-        dur = timer(D, C, P)
-        if dur is None:
-            raise OutOfCoverage(uncovered_message(tp, tp_path, (D, C, P), w.i, now))
-        end = now + dur
+        return decode, allot, preempted, (D, C, P), in_use
+
+    def start_pass(w, now):
+        """R83: every rank with work forms its step now, in rank order; the pass ends at the
+        start plus the longest step's duration under the pool's profile (R84)."""
+        formed = []
+        for rk in w.ranks:
+            if rk.running or rk.waiting:
+                formed.append((rk, form_step(rk, now)))
+        # R85: the worker's peaks are totals over its ranks once the pass is formed
+        w.peak_running = max(w.peak_running, sum(len(rk.running) for rk in w.ranks))
+        if w.pool.kv is not None:
+            w.peak_blocks = max(w.peak_blocks, sum(rk.cache.held for rk in w.ranks))
+        p = w.pool
+        durations = []
+        for rk, st in formed:  # R43: coverage first, the first uncovered step in rank order
+            d = p.timer(*st[3])
+            if d is None:
+                raise OutOfCoverage(uncovered_message(p, st[3], w.i, rk.q, now))
+            durations.append(d)
+        end = now + max(durations)
         if end > MAX_T:
-            raise InvalidInput("a step would end after 2^53-1 us")
+            raise InvalidInput("a pass would end after 2^53-1 us (R6)")
         w.busy = True
         w.steps += 1
-        w.busy_us += dur  # a step cut by the stop time gives back what lies after it (R62)
-        w.inflight = (decode, allot, now, end)
-        if trace_on:
-            entry = {
-                "worker": w.i,
-                "start_us": now,
-                "end_us": end,
-                "decode_requests": [r.id for r in decode],
-                "prefill": [{"id": r.id, "tokens": a} for r, a, _ in allot],
-                "prefill_tokens": P,
-                "batched_tokens": D + P,
-                "shape": {"decode_requests": D, "context_tokens": C, "prefill_tokens": P},
-            }
-            if report_version in ("3.0", "4.0", "5.0"):
-                entry["kv_blocks_in_use"] = in_use
-                entry["preempted"] = preempted
-            trace.append(entry)
+        w.busy_us += end - now  # a pass cut by the stop time gives back what lies after it
+        w.inflight = (now, end, [rk for rk, _ in formed])
+        for (rk, (decode, allot, preempted, shape, in_use)), d in zip(formed, durations):
+            rk.steps += 1
+            rk.busy_us += d
+            rk.step = (decode, allot, d)
+            if trace_on:
+                entry = {
+                    "worker": w.i,
+                    "start_us": now,
+                    "end_us": end,  # R85: the end of its pass, when its tokens come
+                    "decode_requests": [r.id for r in decode],
+                    "prefill": [{"id": r.id, "tokens": a} for r, a, _ in allot],
+                    "prefill_tokens": shape[2],
+                    "batched_tokens": shape[0] + shape[2],
+                    "shape": {
+                        "decode_requests": shape[0],
+                        "context_tokens": shape[1],
+                        "prefill_tokens": shape[2],
+                    },
+                }
+                if report_version in ("3.0", "4.0", "5.0", "6.0"):
+                    entry["kv_blocks_in_use"] = in_use
+                    entry["preempted"] = preempted
+                if report_version == "6.0":
+                    entry["rank"] = rk.q
+                    entry["duration_us"] = d
+                trace.append(entry)
         push(end, 0, w)
 
-    def complete_step(w, now):
-        decode, allot, _, _ = w.inflight
-        w.inflight = None
+    def end_step(rk, now):
+        """R20, R51 for one rank's step at its pass's end; returns the requests it completed."""
+        decode, allot, _ = rk.step
+        rk.step = None
         # R29, R62: a step's tokens count when it ends (a cut step never does)
-        w.decode_tokens += len(decode)
-        w.prefill_tokens += sum(a for _, a, _ in allot)
+        rk.decode_tokens += len(decode)
+        rk.prefill_tokens += sum(a for _, a, _ in allot)
         for r in decode:
             r.tokens.append(now)
-            w.output_tokens += 1
+            rk.output_tokens += 1
         for r, a, before in allot:
             if before < r.target <= before + a:  # its prefill or recompute completes (R20, R51)
                 r.tokens.append(now)
-                w.output_tokens += 1
+                rk.output_tokens += 1
         in_step = set(decode) | {r for r, _, _ in allot}
-        step_reqs = [r for r in w.running if r in in_step]
+        step_reqs = [r for r in rk.running if r in in_step]
         keep = []
         done = []
-        for r in w.running:
+        c = rk.cache
+        for r in rk.running:
             if len(r.tokens) == r.max_out:
                 r.running = False
                 r.done_t = now
-                w.completed += 1
-                w.outstanding -= 1  # R54: a completed request is no longer outstanding
-                if w.cache is not None:
-                    w.load_blocks -= ceil_div(r.prompt, B)
+                rk.completed += 1
+                rk.outstanding -= 1  # R54: a completed request is no longer outstanding
+                if c is not None:
+                    rk.load_blocks -= ceil_div(r.prompt, c.B)
                 done.append(r)
             else:
                 keep.append(r)
-        w.running = keep
-        if w.cache is not None:
-            c = w.cache
+        rk.running = keep
+        if c is not None:
+            B = c.B
             # R51, R47: registration, each request of the step in running order
             fills = {id(r): (r.cached - 1, r.cached) for r in decode}
             for r, a, before in allot:
@@ -1111,69 +1416,95 @@ def simulate(scn, wl, tp, trace_on, tp_path="timing profile", report_version="3.
                 lo, hi = fills[id(r)]
                 for j in range(len(r.blocks)):
                     if lo < (j + 1) * B <= hi:
-                        ident = identity(r, j)
+                        ident = identity(r, j, c)
                         if ident is not None and ident not in c.registry:
                             c.registry[ident] = r.blocks[j]
                             r.blocks[j].identity = ident
             for r in done:  # then the completed requests release their blocks (R46)
                 c.release(r)
             c.check()
+        return done
+
+    def end_pass(w, now):
+        """R83: at the pass end every step of the pass ends, in rank order; only then is the
+        worker idle again."""
+        _, _, ranks = w.inflight
+        w.inflight = None
+        done = []
+        for rk in ranks:
+            done += end_step(rk, now)
         w.busy = False
         maybe_schedule(w, now)
         for r in done:  # R59, R61: what a completion releases arrives as an event of now
             terminal(r, now)
+
+    def reject_reason(r):
+        """R10, R79: reasons 1 and 2 do not depend on the fleet; 3 to 5 hold when they hold
+        for at least one pool, the first in R10's order being reported."""
+        if r.prompt == 0:
+            return REASONS[0]
+        if r.max_out == 0:
+            return REASONS[1]
+        for p in pools:
+            mml = p.limits["max_model_len"]
+            if r.prompt > mml or r.max_out > mml - r.prompt:
+                return REASONS[2]
+        for p in pools:
+            whole = p.limits["prefill"]["mode"] == "whole"
+            if whole and r.prompt > p.limits["max_batched_tokens"]:
+                return REASONS[3]
+        for p in pools:
+            kv = p.kv
+            if kv and r.prompt + r.max_out > kv["blocks"] * kv["block_tokens"]:
+                return REASONS[4]
+        return None
 
     while heap:
         t, prio, _, payload = heapq.heappop(heap)
         if stop is not None and (t > stop or (t == stop and prio != 0)):
             continue  # R62: completions at or before the stop time only, nothing else at it
         if prio == 0:
-            complete_step(payload, t)
+            end_pass(payload, t)
         elif prio == 1:
             r = payload
             r.arrival = t  # R26, R60: when it actually arrived
-            if r.prompt == 0:
-                r.reason = REASONS[0]
-            elif r.max_out == 0:
-                r.reason = REASONS[1]
-            elif r.prompt > mml or r.max_out > mml - r.prompt:
-                r.reason = REASONS[2]
-            elif mode == "whole" and r.prompt > mbt:
-                r.reason = REASONS[3]
-            elif kv and r.prompt + r.max_out > kv["blocks"] * kv["block_tokens"]:
-                r.reason = REASONS[4]
+            r.reason = reject_reason(r)
             if r.reason is not None:
                 r.done_t = r.arrival
                 terminal(r, t)  # R61: it ends at once, and its successor is released now
                 continue
-            wi = route(r)
+            rk = route(r)
             routed_count[0] += 1
-            w = workers[wi]
-            r.worker = wi
-            w.routed += 1
-            w.outstanding += 1
-            if kv:
-                w.load_blocks += ceil_div(r.prompt, B)
-            w.waiting.append(r)
-            w.peak_waiting = max(w.peak_waiting, len(w.waiting))
+            w = rk.worker
+            r.worker = w.i
+            r.rank = rk.q
+            rk.routed += 1
+            rk.outstanding += 1
+            if rk.cache is not None:
+                rk.load_blocks += ceil_div(r.prompt, rk.cache.B)
+            rk.waiting.append(r)
+            note_waiting(rk)
             maybe_schedule(w, t)
         else:
             w = payload
             w.sched_pending = False
-            form_step(w, t)
+            start_pass(w, t)
 
     if stop is not None:  # R62: nothing is left to process; cut off what has not ended
         for w in workers:
-            if w.inflight is not None:  # a cut step: its busy time counts up to the stop time
-                _, _, start, end = w.inflight
+            if w.inflight is not None:  # a cut pass: busy time counts up to the stop time
+                start, end, ranks = w.inflight
                 assert start < stop < end
                 w.busy_us -= end - stop
+                for rk in ranks:  # R85: a cut step counts min(d_r, D - start)
+                    d = rk.step[2]
+                    rk.busy_us -= d - min(d, stop - start)
         for r in reqs:
             if r.reason is None and r.done_t is None:
                 r.cut = True
                 r.done_t = stop
     return build_report(
-        reqs, workers, trace if trace_on else None, kv, report_version, scn.get("slo")
+        reqs, workers, pools, trace if trace_on else None, report_version, scn.get("slo")
     )
 
 
@@ -1214,10 +1545,11 @@ def tpot_stats(completed):
     return out
 
 
-def build_report(reqs, workers, trace, kv, report_version, slo=None):
-    v3 = report_version in ("3.0", "4.0", "5.0")  # R52's members
-    v4 = report_version in ("4.0", "5.0")  # R57's member
-    v5 = report_version == "5.0"  # R64's members
+def build_report(reqs, workers, pools, trace, report_version, slo=None):
+    v3 = report_version in ("3.0", "4.0", "5.0", "6.0")  # R52's members
+    v4 = report_version in ("4.0", "5.0", "6.0")  # R57's member
+    v5 = report_version in ("5.0", "6.0")  # R64's members
+    v6 = report_version == "6.0"  # R85's members
     # R64: the earliest arrival of a request that arrived; the latest terminal time of all
     first_arrival = min(r.arrival for r in reqs if r.arrival is not None)
     makespan = max(r.done_t for r in reqs) - first_arrival
@@ -1293,6 +1625,9 @@ def build_report(reqs, workers, trace, kv, report_version, slo=None):
             e["session"] = r.session
             if slo is not None:
                 e["slo_met"] = meets(r, slo)
+        if v6:  # R85: the pool of its worker and the rank it joined, null when not routed
+            e["pool"] = None if e["worker"] is None else workers[r.worker].pool.name
+            e["rank"] = None if e["worker"] is None else r.rank
         req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
     prompt_tokens = sum(r.prompt for r in completed)
@@ -1307,7 +1642,7 @@ def build_report(reqs, workers, trace, kv, report_version, slo=None):
         "rejected_by_reason": {x: sum(1 for r in reqs if r.reason == x) for x in reasons},
         "prompt_tokens": prompt_tokens,
         "output_tokens": out_tokens,
-        "steps": sum(w.steps for w in workers),
+        "steps": sum(w.steps for w in workers),  # R85: passes
         "first_arrival_us": first_arrival,
         "makespan_us": makespan,
         "request_throughput_per_s": q(len(completed) * 1000000, makespan),
@@ -1329,48 +1664,132 @@ def build_report(reqs, workers, trace, kv, report_version, slo=None):
                 "request_throughput_per_s": q(len(good) * 1000000, makespan),
                 "output_token_throughput_per_s": q(good_tokens * 1000000, makespan),
             }
+    caches = [rk.cache for w in workers for rk in w.ranks if rk.cache is not None]
     if v3:
-        if kv is None:
+        if not any(p.kv is not None for p in pools):  # R85: null when no pool has a cache
             summary["kv_cache"] = None
         else:
             reused = sum(r.reused for r in completed)
             summary["kv_cache"] = {
                 "reused_prompt_tokens": reused,
                 "prefix_reuse_ratio": q(reused, prompt_tokens),
-                "preemptions": sum(w.cache.preemptions for w in workers),
-                "evictions": sum(w.cache.evictions for w in workers),
+                "preemptions": sum(c.preemptions for c in caches),
+                "evictions": sum(c.evictions for c in caches),
             }
+
+    def cache_figures(peak, cs):  # R52's per-worker figures over the caches cs
+        return {
+            "peak_blocks_in_use": peak,
+            "reused_tokens": sum(c.reused_tokens for c in cs),
+            "preemptions": sum(c.preemptions for c in cs),
+            "evictions": sum(c.evictions for c in cs),
+        }
+
     wout = []
     for w in workers:
+        rs = w.ranks
         e = {
             "worker": w.i,
-            "routed": w.routed,
-            "completed": w.completed,
-            "steps": w.steps,
+            "routed": sum(rk.routed for rk in rs),
+            "completed": sum(rk.completed for rk in rs),
+            "steps": w.steps,  # R85: its passes
             "busy_us": w.busy_us,
             "utilization": q(w.busy_us, makespan),
             "peak_running": w.peak_running,
             "peak_waiting": w.peak_waiting,
-            "prefill_tokens": w.prefill_tokens,
-            "decode_tokens": w.decode_tokens,
-            "output_tokens": w.output_tokens,
+            "prefill_tokens": sum(rk.prefill_tokens for rk in rs),
+            "decode_tokens": sum(rk.decode_tokens for rk in rs),
+            "output_tokens": sum(rk.output_tokens for rk in rs),
         }
         if v3:
-            c = w.cache
+            has_cache = w.pool.kv is not None
             e["kv_cache"] = (
-                None
-                if c is None
-                else {
-                    "peak_blocks_in_use": c.peak,
-                    "reused_tokens": c.reused_tokens,
-                    "preemptions": c.preemptions,
-                    "evictions": c.evictions,
+                cache_figures(w.peak_blocks, [rk.cache for rk in rs]) if has_cache else None
+            )
+        if v6:  # R85
+            e["pool"] = w.pool.name
+            e["pool_worker"] = w.pool_worker
+            e["ranks"] = [
+                {
+                    "rank": rk.q,
+                    "routed": rk.routed,
+                    "completed": rk.completed,
+                    "steps": rk.steps,
+                    "busy_us": rk.busy_us,
+                    "utilization": q(rk.busy_us, makespan),
+                    "peak_running": rk.peak_running,
+                    "peak_waiting": rk.peak_waiting,
+                    "prefill_tokens": rk.prefill_tokens,
+                    "decode_tokens": rk.decode_tokens,
+                    "output_tokens": rk.output_tokens,
+                    "kv_cache": None
+                    if rk.cache is None
+                    else cache_figures(rk.cache.peak, [rk.cache]),
+                }
+                for rk in rs
+            ]
+        wout.append(e)
+    pout = None
+    if v6:  # R85: one entry per pool, in pool order
+        pout = []
+        for p in pools:
+            mine = [e for w, e in zip(workers, wout) if w.pool is p]
+            done = [r for r in completed if workers[r.worker].pool is p]
+            n_done = sum(e["completed"] for e in mine)
+            p_out = sum(len(r.tokens) for r in done)
+            busy = sum(e["busy_us"] for e in mine)
+            kv = None
+            if p.kv is not None:
+                kv = {
+                    "peak_blocks_in_use": max(e["kv_cache"]["peak_blocks_in_use"] for e in mine),
+                    "reused_tokens": sum(e["kv_cache"]["reused_tokens"] for e in mine),
+                    "preemptions": sum(e["kv_cache"]["preemptions"] for e in mine),
+                    "evictions": sum(e["kv_cache"]["evictions"] for e in mine),
+                }
+            pout.append(
+                {
+                    "name": p.name,
+                    "workers": p.workers,
+                    "dp_size": p.dp_size,
+                    "routed": sum(e["routed"] for e in mine),
+                    "completed": n_done,
+                    "prompt_tokens": sum(r.prompt for r in done),
+                    "output_tokens": p_out,
+                    "steps": sum(e["steps"] for e in mine),
+                    "busy_us": busy,
+                    "utilization": q(busy, p.workers * makespan),
+                    "request_throughput_per_s": q(n_done * 1000000, makespan),
+                    "output_token_throughput_per_s": q(p_out * 1000000, makespan),
+                    "kv_cache": kv,
                 }
             )
-        wout.append(e)
     if trace is not None:
+        # R85: in order of (start_us, worker, rank); the sort is stable, and a worker's steps
+        # of one pass are appended in rank order
         trace.sort(key=lambda s: (s["start_us"], s["worker"]))
-    return summary, wout, req_out, trace
+    return summary, wout, req_out, trace, pout
+
+
+def profile_arguments(args):
+    """R84: split the --timing-profile arguments into the single form and the named form
+    (POOL=FILE when the text before the first "=" is a valid pool name). Returns (single file
+    or None, {pool: file}, problem or None)."""
+    singles, named = [], {}
+    for arg in args:
+        head, sep, tail = arg.partition("=")
+        if sep and is_pool_name(head):
+            if head in named:
+                return None, None, "pool %s is named twice by --timing-profile (R84)" % head
+            named[head] = tail
+        else:
+            singles.append(arg)
+    if singles and named:
+        return None, None, "--timing-profile is given both as FILE and as POOL=FILE (R84)"
+    if len(singles) > 1:
+        return None, None, "--timing-profile FILE is given more than once (R84)"
+    if not singles and not named:
+        return None, None, "no --timing-profile given"
+    return (singles[0] if singles else None), named, None
 
 
 def main(argv=None):
@@ -1379,27 +1798,28 @@ def main(argv=None):
     rp = sub.add_parser("replay")
     rp.add_argument("--scenario")
     rp.add_argument("--workload")
-    rp.add_argument("--timing-profile")
+    rp.add_argument("--timing-profile", action="append", default=[])  # R84: FILE or POOL=FILE
     rp.add_argument("--output")
     rp.add_argument("--trace", action="store_true")
     rp.add_argument("--describe", action="store_true")
     rp.add_argument(
         "--report-version",
         choices=sorted(READS),
-        default="5.0",
-        help="report 5.0 (the default, R31; reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), "
-        "4.0 (reads scenario 1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (reads scenario and "
-        "workload 1.0 and 1.1) or 2.0 (reads them at 1.0 only, R2, R38)",
+        default="6.0",
+        help="report 6.0 (the default, R31, R86; reads scenario 1.0 to 1.4 and workload 1.0 to "
+        "1.2), 5.0 (reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario "
+        "1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or "
+        "2.0 (reads them at 1.0 only, R2, R38)",
     )
     a = ap.parse_args(argv)
     reads = READS[a.report_version]
-    if a.describe:  # the conformance handshake (conformance/README.md)
+    if a.describe:  # the conformance handshake (conformance/README.md), protocol 5 (R87)
         print(
             json.dumps(
                 {
                     "name": "servesim-independent",
-                    "version": "0.5.0",
-                    "protocol_version": 2,
+                    "version": "0.6.0",
+                    "protocol_version": 5,
                     "schema_versions": {
                         "scenario": reads["scenario"],
                         "workload": reads["workload"],
@@ -1410,7 +1830,9 @@ def main(argv=None):
                         "prefill.chunked",
                         "routing.random",
                         "timing.grid",
+                        "timing.per_pool",
                         "timing.regression",
+                        "timing.synthetic_linear",
                         "trace",
                     ],
                 }
@@ -1419,32 +1841,53 @@ def main(argv=None):
         return 0
     raw = {}
     docs = {}
-    for k, p in (
-        ("scenario", a.scenario),
-        ("workload", a.workload),
-        ("timing_profile", a.timing_profile),
-    ):
+    for k, p in (("scenario", a.scenario), ("workload", a.workload)):
         with open(p, "rb") as f:
             raw[k] = f.read()
         docs[k] = json.loads(raw[k].decode("utf-8"))
-    tp = docs["timing_profile"]
-    problems = check_measured(tp)
-    if problems:
-        for pr in problems:
-            print("error: %s: %s (R40)" % (a.timing_profile, pr), file=sys.stderr)
-        return 2
     paths = {"scenario": a.scenario, "workload": a.workload}
     problems = check_kv(docs["scenario"], docs["workload"], reads)
     if not any(pointer == "/schema_version" for _, pointer, _ in problems):
+        problems += check_pools(docs["scenario"], docs["workload"])
         problems += check_routing(docs["scenario"])
         problems += check_sessions(docs["scenario"], docs["workload"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
         return 2
+    pools = pools_of(docs["scenario"])
+    single, named, problem = profile_arguments(a.timing_profile)
+    if problem is None and single is None:
+        names = [p.name for p in pools]
+        extra = sorted(set(named) - set(names))
+        missing = [x for x in names if x not in named]
+        if extra:
+            problem = "--timing-profile %s=...: a profile for no pool (R84)" % extra[0]
+        elif missing:
+            problem = "pool %s has no --timing-profile %s=FILE (R84)" % (missing[0], missing[0])
+    if problem is not None:
+        print("error: %s" % problem, file=sys.stderr)
+        return 2
+    files = {}  # path -> (raw, document): the single form times every pool (R84)
+    for p in pools:
+        path = single if single is not None else named[p.name]
+        if path not in files:
+            with open(path, "rb") as f:
+                data = f.read()
+            tp = json.loads(data.decode("utf-8"))
+            problems = check_measured(tp)
+            if problems:  # R84: each profile checked on its own, naming its file and pool
+                for pr in problems:
+                    who = "" if single is not None else " (pool %s)" % p.name
+                    print("error: %s%s: %s (R40)" % (path, who, pr), file=sys.stderr)
+                return 2
+            files[path] = (data, tp)
+        p.tp_raw, p.tp = files[path]
+        p.tp_path = path
+        p.timer = make_timer(p.tp)
     try:
-        summary, wout, rout, trace = simulate(
-            docs["scenario"], docs["workload"], tp, a.trace, a.timing_profile, a.report_version
+        summary, wout, rout, trace, pout = simulate(
+            docs["scenario"], docs["workload"], pools, a.trace, a.report_version
         )
     except InvalidInput as e:
         print("error: %s" % e, file=sys.stderr)
@@ -1453,7 +1896,17 @@ def main(argv=None):
         print(str(e), file=sys.stderr)
         return 3
     inputs = {k: {"sha256": hashlib.sha256(v).hexdigest()} for k, v in raw.items()}
-    inputs["timing_profile"]["calibration"] = tp.get("calibration")  # R25
+
+    def profile_identity(p):  # R25
+        return {
+            "sha256": hashlib.sha256(p.tp_raw).hexdigest(),
+            "calibration": p.tp.get("calibration"),
+        }
+
+    # R85: the single form's identity, null when profiles are named per pool
+    inputs["timing_profile"] = profile_identity(pools[0]) if single is not None else None
+    if a.report_version == "6.0":
+        inputs["timing_profiles"] = [dict(pool=p.name, **profile_identity(p)) for p in pools]
     report = {
         "document": "report",
         "schema_version": a.report_version,
@@ -1463,6 +1916,8 @@ def main(argv=None):
         "requests": rout,
         "trace": trace,
     }
+    if pout is not None:
+        report["pools"] = pout
     data = rfc8785.dumps(report) + b"\n"
     d = os.path.dirname(os.path.abspath(a.output))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".cleanroom-")
