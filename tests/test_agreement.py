@@ -170,6 +170,18 @@ def test_identical_reports_agree_exactly() -> None:
     assert (token["samples"], token["exact_share"], token["max_abs_us"]) == (4, 1.0, 0)
 
 
+def test_a_request_that_never_arrived_is_compared_without_a_crash() -> None:
+    """R62: a turn never released before the stop time has ``arrival_us`` null; the agreement
+    figures count what both reports hold and divide by what is known."""
+    value = json.loads(
+        (GOLDEN / "valid" / "stop-session-turn-not-released" / "expected-report.json").read_text()
+    )
+    assert any(request["arrival_us"] is None for request in value["requests"])
+    comparison = compare(copy.deepcopy(value), value)
+    assert figures(comparison.errors["arrival_us"])["null_mismatches"] == 0
+    assert figures(comparison.errors["token_times_us"])["exact_share"] == 1.0
+
+
 def test_generated_cases_are_reproducible_from_their_seed() -> None:
     first, again, other = (
         generated_documents(3, 7),

@@ -114,18 +114,19 @@ def _compare_request(
     actual: Mapping[str, Any], reference: Mapping[str, Any], errors: dict[str, Errors]
 ) -> tuple[bool, bool]:
     """Add one matched request's samples; whether its outcome and its token count differ."""
-    arrival = reference["arrival_us"]
-    errors["arrival_us"].add(actual["arrival_us"], arrival, abs(arrival))
+    arrival = reference["arrival_us"]  # null for a request cut off before it arrived (R62)
+    since = 0 if arrival is None else arrival
+    errors["arrival_us"].add(actual["arrival_us"], arrival, since)
     for metric in REQUEST_METRICS[1:]:
         expected = reference[metric]
-        base = expected - arrival if expected is not None else 0
+        base = expected - since if expected is not None else 0
         errors[metric].add(actual[metric], expected, base)
     tokens = errors[TOKEN_METRIC]
     ours, theirs = actual[TOKEN_METRIC], reference[TOKEN_METRIC]
     for mine, time in zip(ours, theirs, strict=False):
         error = abs(mine - time)
         tokens.absolute.append(error)
-        tokens.relative.append(error / max(time - arrival, 1))
+        tokens.relative.append(error / max(time - since, 1))
     outcome_differs = actual["outcome"] != reference["outcome"]
     return outcome_differs, not outcome_differs and len(ours) != len(theirs)
 
