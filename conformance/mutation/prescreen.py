@@ -38,6 +38,8 @@ def main() -> int:
                 path = next((p for p in paths.values() if p.name == name), None)
                 if path is not None:
                     arguments += [option, str(path)]
+            for pool, profile in case.pool_profiles().items():  # R87: a profile per pool
+                arguments += ["--timing-profile", f"{pool}={profile}"]
             if case.trace:
                 arguments.append("--trace")
             output.unlink(missing_ok=True)

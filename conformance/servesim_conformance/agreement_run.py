@@ -190,9 +190,8 @@ def _reference(case: Case) -> dict[str, Any] | str:
     """The reference's report value, or why it gives none."""
     paths = case.input_paths()
     try:
-        data = servesim.replay(
-            paths["scenario"], paths["workload"], paths["timing_profile"], trace=False
-        )
+        profiles = case.pool_profiles() or paths["timing_profile"]  # R87: per pool, or one
+        data = servesim.replay(paths["scenario"], paths["workload"], profiles, trace=False)
     except ServesimError as error:
         return str(error).splitlines()[0]
     value: dict[str, Any] = json.loads(data)
