@@ -287,6 +287,8 @@ def test_r77_r4_pool_checks_are_reported_where_r77_says() -> None:
     assert problems(scenario_1_4({"pools": tight})) == [
         ("scenario.json", "/fleet/pools/1/scheduler/max_batched_tokens")
     ]
+    wide = {"workers": 2048, "dp_size": 1024}  # 2^21 ranks
+    assert problems(scenario_1_4(wide)) == [("scenario.json", "/fleet/dp_size")]
     many = [{"name": "p", "workers": 40_000}, {"name": "q", "workers": 40_000}]
     assert problems(scenario_1_4({"pools": many})) == [("scenario.json", "/fleet/pools")]
     cache = {"blocks": 10, "block_tokens": 4, "prefix_caching": True}
