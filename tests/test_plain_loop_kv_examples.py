@@ -208,11 +208,6 @@ def test_prefix_caching_off_makes_hashes_change_nothing(tmp_path: Path) -> None:
     assert with_hashes == other_hashes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 23: the reference writes report 6.0 (R85), which the plain loop does not "
-    "write yet; strict, so that the loop catching up removes this mark",
-)
 def test_by_default_the_plain_loop_writes_the_repository_s_current_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -202,10 +202,15 @@ def test_r27_itl_counted_per_step_equals_the_gaps_of_completed_requests(stop: in
     for case in GOLDEN_CASES:
         value = {
             name: json.loads((case / f"{name}.json").read_text())
-            for name in ("scenario", "workload", "timing-profile")
+            for name in ("scenario", "workload")
         }
         scenario, workload = build_scenario(value["scenario"]), build_workload(value["workload"])
-        timing = build_timing_profile(value["timing-profile"])
+        per_pool = sorted((case / "timing-profiles").glob("*.json"))  # R87: a profile per pool
+        timing = (
+            {path.stem: build_timing_profile(json.loads(path.read_text())) for path in per_pool}
+            if per_pool
+            else build_timing_profile(json.loads((case / "timing-profile.json").read_text()))
+        )
         try:
             result = simulate(scenario, workload, timing)
             if stop is not None:
