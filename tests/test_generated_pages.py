@@ -57,6 +57,9 @@ GENERATED = {
     "conformance/adapters/dynamo/MOONCAKE-KV.md",
     "conformance/adapters/dynamo/MOONCAKE-KV-4096.md",
     "conformance/adapters/dynamo/SESSIONS.md",
+    "conformance/adapters/dynamo/MOONCAKE-DP2.md",
+    "conformance/adapters/dynamo/MOONCAKE-DP4.md",
+    "conformance/adapters/dynamo/RANKS.md",
     "docs/matrix/index.html",
     *(f"docs/matrix/{path.name}" for path in MATRIX_REPORTS),
 }
