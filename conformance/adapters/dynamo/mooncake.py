@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servesim_dynamo.fixed_form import fixed_form_grid as fixed_form
+
 HERE = Path(__file__).resolve().parent
 ADAPTER = HERE / "adapter.py"
 
@@ -53,46 +55,7 @@ def scenario(dp_size: int = 1) -> dict[str, Any]:
 
 def fixed_form_grid() -> dict[str, Any]:
     """A grid equal to Dynamo's fixed model: PREFILL_US * [P > 0] + DECODE_US * [D > 0]."""
-    context = MAX_NUM_SEQS * LIMIT
-    durations = [
-        [
-            [(PREFILL_US if p else 0) + (DECODE_US if d else 0) or PREFILL_US for p in range(3)]
-            for _ in range(2)
-        ]
-        for d in range(3)
-    ]
-    return {
-        "document": "timing_profile",
-        "schema_version": "1.1",
-        "calibration": {
-            "engine": "dynamo-mocker-fixed",
-            "engine_version": "1.6.1",
-            "model": "none/fixed-timing",
-            "model_revision": "r1",
-            "gpu": "none",
-            "server_config_sha256": "0" * 63 + "3",
-            "source_sha256": "0" * 63 + "4",
-            "limits": {
-                "max_num_seqs": MAX_NUM_SEQS,
-                "max_batched_tokens": LIMIT,
-                "max_model_len": LIMIT,
-            },
-        },
-        "model": {
-            "kind": "grid",
-            "axes": {
-                "decode_requests": [0, 1, MAX_NUM_SEQS],
-                "context_tokens": [0, context],
-                "prefill_tokens": [0, 1, LIMIT],
-            },
-            "duration_us": durations,
-            "coverage": {
-                "decode_requests": {"min": 0, "max": MAX_NUM_SEQS},
-                "context_tokens": {"min": 0, "max": context},
-                "prefill_tokens": {"min": 0, "max": LIMIT},
-            },
-        },
-    }
+    return fixed_form(PREFILL_US, DECODE_US, MAX_NUM_SEQS, LIMIT, LIMIT)
 
 
 #: The prefix-caching run of the same trace (mooncake_kv.py), summarised for this page.

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servesim_dynamo.fixed_form import fixed_form_grid
+
 HERE = Path(__file__).resolve().parent
 ADAPTER = HERE / "adapter.py"
 GOLDEN = HERE.parents[2] / "golden" / "valid"
@@ -54,40 +56,7 @@ class Case:
 
 def _fixed(seqs: int, budget: int, model_len: int) -> dict[str, Any]:
     """A grid equal to Dynamo's fixed model (README: the fixed form), covering the limits."""
-    p, d = PREFILL_US, DECODE_US
-    context = seqs * model_len
-    return {
-        "document": "timing_profile",
-        "schema_version": "1.1",
-        "calibration": {
-            "engine": "dynamo-mocker-fixed",
-            "engine_version": "1.6.1",
-            "model": "none/fixed-timing",
-            "model_revision": "r1",
-            "gpu": "none",
-            "server_config_sha256": "0" * 63 + "3",
-            "source_sha256": "0" * 63 + "4",
-            "limits": {
-                "max_num_seqs": max(seqs, 2),
-                "max_batched_tokens": budget,
-                "max_model_len": model_len,
-            },
-        },
-        "model": {
-            "kind": "grid",
-            "axes": {
-                "decode_requests": [0, 1, max(seqs, 2)],
-                "context_tokens": [0, max(context, 1)],
-                "prefill_tokens": [0, 1, max(budget, 2)],
-            },
-            "duration_us": [[[p, p, p]] * 2, [[d, p + d, p + d]] * 2, [[d, p + d, p + d]] * 2],
-            "coverage": {
-                "decode_requests": {"min": 0, "max": max(seqs, 2)},
-                "context_tokens": {"min": 0, "max": max(context, 1)},
-                "prefill_tokens": {"min": 0, "max": max(budget, 2)},
-            },
-        },
-    }
+    return fixed_form_grid(PREFILL_US, DECODE_US, seqs, budget, model_len)
 
 
 ROTATION = [("a", 0, 10, 1), ("b", 0, 20, 1), ("c", 0, 30, 1), ("d", 0, 40, 1), ("e", 0, 10, 1)]
