@@ -553,3 +553,20 @@ def test_replay_restores_the_cyclic_collector(tmp_path: Path) -> None:
             assert gc.isenabled() is enabled
         finally:
             gc.enable()
+
+
+def test_an_output_that_is_an_input_or_another_output_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """calibrate and profile aic write several files: none may overwrite an input, and no two
+    results may go to one file (the check both commands share)."""
+    from servesim_cli.messages import outputs_clash
+
+    given = tmp_path / "measurements.jsonl"
+    given.write_text("")
+    grid, regression = str(tmp_path / "grid.json"), str(tmp_path / "regression.json")
+    assert not outputs_clash([grid, regression], [str(given)])
+    assert capsys.readouterr().err == ""
+    assert outputs_clash([grid, str(given)], [str(given)])
+    assert outputs_clash([grid, str(tmp_path / "." / "grid.json")], [str(given)])
+    assert capsys.readouterr().err.count("needs a file of its own") == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 from servesim.contract.canonical import write_atomically
@@ -52,6 +52,21 @@ def same_file(first: str, second: str) -> bool:
         return os.path.samefile(first, second)
     except OSError:
         return False
+
+
+def outputs_clash(outputs: Sequence[str], inputs: Sequence[str]) -> bool:
+    """Whether an output file is one of the inputs or another output, and says so on standard
+    error: a command that writes several files must never overwrite what it reads, nor write
+    two results to one file."""
+    clashes = [path for path in outputs if any(same_file(path, given) for given in inputs)]
+    if not clashes and len({os.path.realpath(path) for path in outputs}) == len(outputs):
+        return False
+    print(
+        "servesim: invalid input: an output is an input or another output; each output "
+        "needs a file of its own",
+        file=sys.stderr,
+    )
+    return True
 
 
 def int_between(low: int, high: int) -> Callable[[str], int]:

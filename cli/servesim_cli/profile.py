@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 
 from servesim.contract.canonical import write_all_atomically
 from servesim.contract.errors import ServesimError
 from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK, Command
-from servesim_cli.messages import int_between, report_invalid, same_file
+from servesim_cli.messages import int_between, outputs_clash, report_invalid
 
 #: The estimators ``servesim profile`` can freeze.
 SOURCES = ("aic",)
@@ -142,13 +141,7 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if path is not None
     ]
     inputs = [arguments.scenario] if arguments.scenario else []
-    clashes = [path for path, _ in outputs if any(same_file(path, given) for given in inputs)]
-    if clashes or len({os.path.realpath(path) for path, _ in outputs}) < len(outputs):
-        print(
-            "servesim: invalid input: an output is an input or another output; each output "
-            "needs a file of its own",
-            file=sys.stderr,
-        )
+    if outputs_clash([path for path, _ in outputs], inputs):
         return EXIT_INVALID_INPUT
     try:
         found = _limits(arguments)
