@@ -6,10 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from servesim.contract.canonical import write_all_atomically
 from servesim.contract.errors import ServesimError
-from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK, Command
-from servesim_cli.messages import int_between, outputs_clash, report_invalid
+from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
+from servesim_cli.messages import (
+    int_between,
+    outputs_clash,
+    report_invalid,
+    write_every_output,
+)
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,15 +100,9 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
         return report_invalid(error)
     contents = {"regression": result.regression, "grid": result.grid}
     contents["summary"] = result.summary_json()
-    try:  # R44: every output, or none of them
-        write_all_atomically([(path, contents[kind]) for path, kind in outputs])
-    except OSError as error:
-        print(
-            f"servesim: cannot write {error.filename or 'an output'}: {error.strerror}; "
-            "nothing written",
-            file=sys.stderr,
-        )
-        return EXIT_CANNOT_WRITE
+    written = write_every_output([(path, contents[kind]) for path, kind in outputs])
+    if written != EXIT_OK:
+        return written
     for warning in result.warnings():
         print(f"servesim: warning: {warning}", file=sys.stderr)
     print(result.summary_text(arguments.measurements), end="")

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
-from servesim.contract.canonical import write_atomically
+from servesim.contract.canonical import write_all_atomically, write_atomically
 from servesim.contract.errors import InvalidInput, ServesimError
 from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK
 
@@ -52,6 +52,21 @@ def same_file(first: str, second: str) -> bool:
         return os.path.samefile(first, second)
     except OSError:
         return False
+
+
+def write_every_output(files: Sequence[tuple[str, bytes | Iterable[bytes]]]) -> int:
+    """Write several files as one (R44: every output, or none of them): ``EXIT_OK``, or
+    ``EXIT_CANNOT_WRITE`` with the reason on standard error and nothing left behind."""
+    try:
+        write_all_atomically(files)
+    except OSError as error:
+        print(
+            f"servesim: cannot write {error.filename or 'an output'}: {error.strerror}; "
+            "nothing written",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_WRITE
+    return EXIT_OK
 
 
 def outputs_clash(outputs: Sequence[str], inputs: Sequence[str]) -> bool:

@@ -7,10 +7,14 @@ import argparse
 import math
 import sys
 
-from servesim.contract.canonical import write_all_atomically
 from servesim.contract.errors import ServesimError
-from servesim_cli.command import EXIT_CANNOT_WRITE, EXIT_INVALID_INPUT, EXIT_OK, Command
-from servesim_cli.messages import int_between, outputs_clash, report_invalid
+from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
+from servesim_cli.messages import (
+    int_between,
+    outputs_clash,
+    report_invalid,
+    write_every_output,
+)
 
 #: The estimators ``servesim profile`` can freeze.
 SOURCES = ("aic",)
@@ -200,15 +204,9 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return report_invalid(error)
     contents = {"grid": result.grid, "regression": result.regression}
     contents["summary"] = result.summary_json()
-    try:
-        write_all_atomically([(path, contents[kind]) for path, kind in outputs])
-    except OSError as error:
-        print(
-            f"servesim: cannot write {error.filename or 'an output'}: {error.strerror}; "
-            "nothing written",
-            file=sys.stderr,
-        )
-        return EXIT_CANNOT_WRITE
+    written = write_every_output([(path, contents[kind]) for path, kind in outputs])
+    if written != EXIT_OK:
+        return written
     print(result.summary_text(), end="")
     return EXIT_OK
 
