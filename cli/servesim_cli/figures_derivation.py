@@ -23,6 +23,7 @@ from servesim.contract.canonical import canonical_json
 from servesim.contract.errors import InvalidInput
 from servesim.contract.header import check_header
 from servesim.contract.json_reading import plain_numbers
+from servesim.contract.migrations import default_pool
 from servesim.contract.nearest_rank import PERCENTILES
 from servesim.contract.schema_check import schema_problems
 from servesim.engine.admission import REJECT_REASONS
@@ -94,29 +95,7 @@ def figures_of(value: Any, file: str) -> ReportFigures:
 
 def _pools(value: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """R85's pools; before report 6.0, the one pool ``"default"`` R86's migration gives."""
-    if "pools" in value:
-        return list(value["pools"])
-    workers = value["workers"]
-    completed = [r for r in value["requests"] if r["outcome"] == "completed"]
-    caches = [worker.get("kv_cache") for worker in workers]
-    return [
-        {
-            "name": "default",
-            "workers": len(workers),
-            "dp_size": 1,
-            "routed": sum(worker["routed"] for worker in workers),
-            "completed": len(completed),
-            "output_tokens": sum(request["output_tokens"] for request in completed),
-            "busy_us": sum(worker["busy_us"] for worker in workers),
-            "kv_cache": None
-            if any(cache is None for cache in caches)
-            else {
-                "peak_blocks_in_use": max(cache["peak_blocks_in_use"] for cache in caches),
-                "preemptions": sum(cache["preemptions"] for cache in caches),
-                "evictions": sum(cache["evictions"] for cache in caches),
-            },
-        }
-    ]
+    return list(value["pools"]) if "pools" in value else [default_pool(value)]
 
 
 def _pool_figures(pool: Mapping[str, Any], makespan_us: int) -> PoolFigures:

@@ -373,7 +373,7 @@ def report_5_0_to_6_0(report: Mapping[str, Any]) -> dict[str, Any]:
     upgraded["workers"] = [_worker_6_0(worker) for worker in report["workers"]]
     if report.get("trace") is not None:
         upgraded["trace"] = [_trace_entry_6_0(entry) for entry in report["trace"]]
-    return _with_member(upgraded, "pools", [_default_pool(report)])
+    return _with_member(upgraded, "pools", [default_pool(report)])
 
 
 def _request_6_0(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -399,10 +399,11 @@ def _trace_entry_6_0(entry: Mapping[str, Any]) -> dict[str, Any]:
     return _with_member(upgraded, "duration_us", entry["end_us"] - entry["start_us"])
 
 
-def _default_pool(report: Mapping[str, Any]) -> dict[str, Any]:
-    """R85's ``pools`` entry of the one pool, from the 5.0 report's workers, requests and
-    summary: sums over the workers, token sums over the completed requests, and R24's
-    quotients over the summary's ``makespan_us``."""
+def default_pool(report: Mapping[str, Any]) -> dict[str, Any]:
+    """R85's ``pools`` entry of the one pool, from a report's workers, requests and summary:
+    sums over the workers, token sums over the completed requests, and R24's quotients over
+    the summary's ``makespan_us``. The 5.0 -> 6.0 step writes it; a reader of an older report
+    (``servesim summary``) takes the same pool from it, as the migration would give."""
     workers = report["workers"]
     completed_requests = [
         request for request in report["requests"] if request["outcome"] == "completed"
@@ -411,7 +412,7 @@ def _default_pool(report: Mapping[str, Any]) -> dict[str, Any]:
     output_tokens = sum(request["output_tokens"] for request in completed_requests)
     busy_us = sum(worker["busy_us"] for worker in workers)
     makespan_us = report["summary"]["makespan_us"]
-    caches = [worker["kv_cache"] for worker in workers]
+    caches = [worker.get("kv_cache") for worker in workers]  # none before report 3.0 (R53)
     kv_cache = None
     if all(cache is not None for cache in caches):
         kv_cache = {
