@@ -1,4 +1,4 @@
-"""SPEC.md section 16: every rule names at least one test, and every test named exists."""
+"""SPEC.md section 17: every rule names at least one test, and every test named exists."""
 
 from __future__ import annotations
 
