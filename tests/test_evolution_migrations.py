@@ -45,6 +45,7 @@ from tests.helpers import (
     as_report_3_0,
     as_report_4_0,
     as_report_5_0,
+    as_report_6_0,
     scenario_doc,
     timing_doc,
     workload_doc,
@@ -56,14 +57,14 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = {**scenario_doc(), "schema_version": "1.4"}
+    document = {**scenario_doc(), "schema_version": "1.5"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4")
+    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5")
     assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
-    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0")
+    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "7.0")
 
 
 @pytest.mark.parametrize(
@@ -77,7 +78,7 @@ def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
     """R53, R57, R64: a 1.0 scenario or workload is a 1.1 one with the same meaning (and a
     scenario a 1.2 and a 1.3 one, a workload a 1.2 one)."""
     migrated = CHAIN.migrate(document).document
-    current = {"scenario": "1.4", "workload": "1.2"}[document["document"]]
+    current = {"scenario": "1.5", "workload": "1.2"}[document["document"]]
     assert migrated == {**document, "schema_version": current}
     kind = document["document"]
     reports = []
@@ -324,7 +325,7 @@ def test_report_5_0_migrates_to_exactly_the_6_0_report() -> None:
     path = REPO / "golden" / "valid" / "kv-peak-blocks-per-worker" / "expected-report.json"
     old = as_report_5_0(json.loads(path.read_bytes()))
     load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 5.0 report
-    migrated = CHAIN.migrate(old)
+    migrated = CHAIN.migrate(old, target="6.0")
     assert [(step.source, step.target) for step in migrated.steps] == [("5.0", "6.0")]
     new = migrated.document
     assert new["pools"] == [
@@ -385,7 +386,8 @@ def test_report_5_0_migrates_to_exactly_the_6_0_report() -> None:
         (0, 1100),
     ]
     load_document(canonical_bytes(new) + b"\n", "new.json", "report")  # a valid 6.0 report
-    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+    assert canonical_bytes(new) == canonical_bytes(as_report_6_0(json.loads(path.read_bytes())))
+    assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()  # and 7.0
 
 
 @pytest.mark.parametrize("path", GOLDEN_REPORTS_5_0, ids=lambda path: path.parent.name)
@@ -611,7 +613,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.contract.json_reading, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.4"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.5"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0

@@ -128,6 +128,9 @@ CHUNK_CASES = {
             "preempted": [],
             "rank": 0,  # R85: one-rank worker
             "duration_us": 1070,  # R85: the step's own duration, its pass's
+            "kind": "prefill",  # R95: prefill tokens, no decode request
+            "retracted": [],  # R95: the vLLM style
+            "new_token_ratio": None,
         },
         "step2_prefill": [{"id": "C", "tokens": 6}],
         "ab_tokens": [1040, 2300],
@@ -158,6 +161,9 @@ CHUNK_CASES = {
             "preempted": [],
             "rank": 0,  # R85: one-rank worker
             "duration_us": 1230,  # R85: the step's own duration, its pass's
+            "kind": "mixed",  # R95: decode requests and prefill tokens
+            "retracted": [],  # R95: the vLLM style
+            "new_token_ratio": None,
         },
         "step2_prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
         "ab_tokens": [1040, 2270],
@@ -602,6 +608,7 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
         "pool": "default",
         "pool_worker": 0,
         "ranks": [{"rank": 0, **counters}],
+        "style": "vllm",  # R95: no scheduler.style
     }
 
 

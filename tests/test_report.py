@@ -148,13 +148,14 @@ def test_r52_the_cache_members_are_written_from_the_counters_in_canonical_order(
 
     result = _simulated(trace=True)
     result.workers[0].kv_counters = KvCacheCounters(7, 32, 1, 4)
-    result.workers[1].kv_counters = KvCacheCounters(3, 0, 2, 5)
+    result.workers[1].kv_counters = KvCacheCounters(3, 0, 2, 5, 6, 8)
     states = {state.request.id: state for state in result.requests}
     states["a"].reused_prompt_tokens, states["a"].preemptions = 32, 1
-    states["b"].preemptions = 2
+    states["b"].preemptions, states["b"].retractions = 2, 6
     for step in result.steps:
         step.kv_blocks_in_use = 3 + step.worker
         step.preempted = ["b"] if step.worker == 1 else []
+        step.retracted = ["b", "b"] if step.worker == 1 else []  # R95's members likewise
     data, report = _written(result)
     assert data == canonical_bytes(report) + b"\n"
     assert report["summary"]["kv_cache"] == {
@@ -162,20 +163,37 @@ def test_r52_the_cache_members_are_written_from_the_counters_in_canonical_order(
         "prefix_reuse_ratio": 32 / 60,  # over the completed requests' 40 + 20 prompt tokens
         "preemptions": 3,
         "evictions": 9,
+        "retractions": 6,
     }
     assert [worker["kv_cache"] for worker in report["workers"]] == [
-        {"peak_blocks_in_use": 7, "reused_tokens": 32, "preemptions": 1, "evictions": 4},
-        {"peak_blocks_in_use": 3, "reused_tokens": 0, "preemptions": 2, "evictions": 5},
+        {
+            "peak_blocks_in_use": 7,
+            "reused_tokens": 32,
+            "preemptions": 1,
+            "evictions": 4,
+            "retractions": 0,
+            "peak_reserved_blocks": None,
+        },
+        {
+            "peak_blocks_in_use": 3,
+            "reused_tokens": 0,
+            "preemptions": 2,
+            "evictions": 5,
+            "retractions": 6,
+            "peak_reserved_blocks": 8,
+        },
     ]
     by_id = {entry["id"]: entry for entry in report["requests"]}
     assert (by_id["a"]["reused_prompt_tokens"], by_id["a"]["preemptions"]) == (32, 1)
     assert (by_id["b"]["reused_prompt_tokens"], by_id["b"]["preemptions"]) == (0, 2)
+    assert (by_id["a"]["retractions"], by_id["b"]["retractions"]) == (0, 6)
     assert by_id["c"]["reject_reason"] == "empty_prompt"
     assert {
-        (e["worker"], e["kv_blocks_in_use"], tuple(e["preempted"])) for e in report["trace"]
+        (e["worker"], e["kv_blocks_in_use"], tuple(e["preempted"]), tuple(e["retracted"]))
+        for e in report["trace"]
     } == {
-        (0, 3, ()),
-        (1, 4, ("b",)),
+        (0, 3, (), ()),
+        (1, 4, ("b",), ("b", "b")),
     }
 
 

@@ -275,7 +275,8 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
     what the KV cache did (3.0 or later, R52); a reader of scenario 1.2 one that can say
     what state-aware routing saw (4.0 or later, R57); a reader of scenario 1.3 or workload
     1.2 one with a cut-off outcome, sessions and goodput (5.0 or later, R64); and a reader of
-    scenario 1.4 one with pools and ranks (6.0, R85, R86).
+    scenario 1.4 one with pools and ranks (6.0 or later, R85, R86); and a reader of scenario 1.5
+    one with scheduler styles (7.0, R95, R96).
     """
     problems = []
     unread = [kind for kind in INPUT_KINDS if "1.0" not in schema_versions[kind]]
@@ -326,5 +327,10 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
         problems.append(
             "it reads scenario 1.4 but writes no report 6.0; an older report has no pools or "
             "ranks (R85, R86)"
+        )
+    if "1.5" in schema_versions["scenario"] and "7.0" not in schema_versions["report"]:
+        problems.append(
+            "it reads scenario 1.5 but writes no report 7.0; an older report has no scheduler "
+            "styles (R95, R96)"
         )
     return problems

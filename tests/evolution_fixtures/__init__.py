@@ -2,7 +2,8 @@
 
 Scenario 1.3 is the real, released one (it added the closed loop, the stop time and the
 objectives); the versions after it are made up, an alternative history beside the real 1.4
-(pools, SPEC.md section 15), whose 1.3 -> 1.4 step ``CHAIN`` replaces with its own:
+(pools, SPEC.md section 15) and 1.5 (styles, section 16), whose 1.3 -> 1.4 and 1.4 -> 1.5 steps
+``CHAIN`` replaces with its own:
 
 - 1.4 (a minor version): adds the optional ``fleet.label``; its schema reads 1.0 to 1.4.
 - 2.0 (a major version): renames ``scheduler.prefill.max_chunk_tokens`` to ``chunk_tokens`` and
@@ -60,7 +61,7 @@ CHAIN = MigrationChain(
         *(
             step
             for step in REFERENCE_CHAIN.migrations
-            if (step.kind, step.source) != ("scenario", "1.3")
+            if (step.kind, step.source) not in {("scenario", "1.3"), ("scenario", "1.4")}
         ),
         Migration(
             "scenario", "1.3", "1.4", "relabelled only (1.4 adds the optional fleet.label)", relabel

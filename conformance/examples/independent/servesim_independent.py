@@ -7,13 +7,14 @@ from the specification without reading the reference, and it does not validate i
 profile, the schema versions it reads, section 11's members with R4's checks of them,
 section 12's routing members, section 13's members with R4's checks of them, and section 15's
 pools with R77's checks and R84's --timing-profile arguments), so the suite's invalid tier
-finds that. By default (or with --report-version 6.0) it reads scenarios 1.0 to 1.4 (1.4: the
+finds that. By default (or with --report-version 7.0 or 6.0) it reads scenarios 1.0 to 1.4 (1.4: the
 pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time and
 the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0 to 1.2
 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and preemption
 of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and regression
 models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and writes
-report 6.0, the current one. With --report-version 5.0 it writes report 5.0 and reads
+report 7.0, the current one, with the vLLM style's values (R96: it implements no other style of
+section 16 and reads no scenario 1.5); with --report-version 6.0 report 6.0. With --report-version 5.0 it writes report 5.0 and reads
 scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up to 1.1; with
 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only
 (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside the
@@ -182,7 +183,46 @@ READS = {
         "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4"],
         "workload": ["1.0", "1.1", "1.2"],
     },
+    # R96: report 7.0 adds section 16's members; this loop implements no style but vLLM's, so
+    # it reads no scenario 1.5 and writes the vLLM style's values
+    "7.0": {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4"],
+        "workload": ["1.0", "1.1", "1.2"],
+    },
 }
+
+
+def with_vllm_style(report):
+    """R96: a report 6.0's value as report 7.0 (every scheduler here is vLLM's, R88): style
+    "vllm" for each worker and pool; retractions 0 for each request; for each trace entry its
+    kind from its shape, retracted [] and new_token_ratio null; retractions 0 and
+    peak_reserved_blocks null in every cache object of a worker, a rank and a pool; retractions
+    0 in summary.kv_cache when it is not null (R95)."""
+
+    def cache(holder):
+        if holder["kv_cache"] is not None:
+            holder["kv_cache"]["retractions"] = 0
+            holder["kv_cache"]["peak_reserved_blocks"] = None
+
+    for r in report["requests"]:
+        r["retractions"] = 0
+    for w in report["workers"]:
+        w["style"] = "vllm"
+        cache(w)
+        for rank in w["ranks"]:
+            cache(rank)
+    for p in report["pools"]:
+        p["style"] = "vllm"
+        cache(p)
+    if report["summary"]["kv_cache"] is not None:
+        report["summary"]["kv_cache"]["retractions"] = 0
+    for e in report["trace"] or []:
+        d, pt = e["shape"]["decode_requests"], e["shape"]["prefill_tokens"]
+        e["kind"] = "mixed" if d and pt else ("decode" if d else "prefill")
+        e["retracted"] = []
+        e["new_token_ratio"] = None
+    report["schema_version"] = "7.0"
+    return report
 STATE_AWARE = ("least_loaded", "cache_aware")  # section 12
 WEIGHTS = ("prefill_weight", "load_weight")  # R56
 
@@ -1805,9 +1845,9 @@ def main(argv=None):
     rp.add_argument(
         "--report-version",
         choices=sorted(READS),
-        default="6.0",
-        help="report 6.0 (the default, R31, R86; reads scenario 1.0 to 1.4 and workload 1.0 to "
-        "1.2), 5.0 (reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario "
+        default="7.0",
+        help="report 7.0 (the default, R31, R96: the vLLM style's values; reads scenario 1.0 to "
+        "1.4 and workload 1.0 to 1.2), 6.0 (R86; reads the same), 5.0 (reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario "
         "1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or "
         "2.0 (reads them at 1.0 only, R2, R38)",
     )
@@ -1885,9 +1925,11 @@ def main(argv=None):
         p.tp_raw, p.tp = files[path]
         p.tp_path = path
         p.timer = make_timer(p.tp)
+    # R96: report 7.0 is 6.0's value with the vLLM style's members (``with_vllm_style``)
+    version = "6.0" if a.report_version == "7.0" else a.report_version
     try:
         summary, wout, rout, trace, pout = simulate(
-            docs["scenario"], docs["workload"], pools, a.trace, a.report_version
+            docs["scenario"], docs["workload"], pools, a.trace, version
         )
     except InvalidInput as e:
         print("error: %s" % e, file=sys.stderr)
@@ -1905,11 +1947,11 @@ def main(argv=None):
 
     # R85: the single form's identity, null when profiles are named per pool
     inputs["timing_profile"] = profile_identity(pools[0]) if single is not None else None
-    if a.report_version == "6.0":
+    if version == "6.0":
         inputs["timing_profiles"] = [dict(pool=p.name, **profile_identity(p)) for p in pools]
     report = {
         "document": "report",
-        "schema_version": a.report_version,
+        "schema_version": version,
         "inputs": inputs,
         "summary": summary,
         "workers": wout,
@@ -1918,6 +1960,8 @@ def main(argv=None):
     }
     if pout is not None:
         report["pools"] = pout
+    if a.report_version == "7.0":
+        report = with_vllm_style(report)
     data = rfc8785.dumps(report) + b"\n"
     d = os.path.dirname(os.path.abspath(a.output))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".cleanroom-")
