@@ -115,6 +115,8 @@ def _pool_figures(pool: Mapping[str, Any], makespan_us: int) -> PoolFigures:
         kv_cache=None
         if cache is None
         else (cache["peak_blocks_in_use"], cache["preemptions"], cache["evictions"]),
+        style=pool.get("style", "vllm"),  # R95, report 7.0
+        retractions=0 if cache is None else cache.get("retractions", 0),
     )
 
 
@@ -150,6 +152,7 @@ def _kv_cache_figures(
             for worker in workers
             if worker["kv_cache"] is not None
         ),
+        retractions=cache.get("retractions", 0),  # R95, report 7.0
     )
 
 

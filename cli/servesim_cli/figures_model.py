@@ -58,6 +58,8 @@ class KvCacheFigures:
     evictions: int
     #: The largest ``peak_blocks_in_use`` of any worker.
     peak_blocks_in_use: int
+    #: R91, R95: the sglang style's retractions (0 before report 7.0, which has none).
+    retractions: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ class PoolFigures:
     output_token_throughput_per_s: Value
     #: ``(peak_blocks_in_use, preemptions, evictions)`` of its caches; ``None`` without one.
     kv_cache: tuple[int, int, int] | None
+    #: R88, R95: the style of its workers' steps ("vllm" before report 7.0).
+    style: str = "vllm"
+    #: R91, R95: the retractions on its workers (0 before report 7.0).
+    retractions: int = 0
 
 
 @dataclass(frozen=True)
@@ -161,8 +167,10 @@ class ReportFigures:
 
     def shows_pools(self) -> bool:
         """Whether the fleet is more than R77's one pool of one-rank workers, so that a reader
-        learns something from a line per pool."""
-        return len(self.pools) > 1 or any(pool.dp_size > 1 for pool in self.pools)
+        learns something from a line per pool (with R88, also its style when not vLLM's)."""
+        return len(self.pools) > 1 or any(
+            pool.dp_size > 1 or pool.style != "vllm" for pool in self.pools
+        )
 
     def latencies(self) -> tuple[tuple[str, Statistics], ...]:
         """Each latency by its short name, in the order a table shows them."""

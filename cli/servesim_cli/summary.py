@@ -167,11 +167,12 @@ def _kv_cache_lines(figures: ReportFigures, show: Any) -> list[str]:
     cache = figures.kv_cache
     if cache is None:
         return []
+    retracted = f", {cache.retractions:,} retractions" if cache.retractions else ""  # R95
     return [
         f"kv cache     prefix reuse {show('kv_cache.prefix_reuse_ratio')} "
-        f"({cache.reused_prompt_tokens:,} prompt tokens); {cache.preemptions:,} preemptions, "
-        f"{cache.evictions:,} evictions; peak {cache.peak_blocks_in_use:,} blocks in use "
-        "(largest worker)",
+        f"({cache.reused_prompt_tokens:,} prompt tokens); {cache.preemptions:,} preemptions"
+        f"{retracted}, {cache.evictions:,} evictions; peak {cache.peak_blocks_in_use:,} blocks "
+        "in use (largest worker)",
     ]
 
 
@@ -184,11 +185,14 @@ def _pool_lines(figures: ReportFigures) -> list[str]:
         cache = ""
         if pool.kv_cache is not None:
             peak, preemptions, evictions = pool.kv_cache
+            retracted = f", {pool.retractions:,} retractions" if pool.retractions else ""
             cache = (
-                f"; kv peak {peak:,} blocks, {preemptions:,} preemptions, {evictions:,} evictions"
+                f"; kv peak {peak:,} blocks, {preemptions:,} preemptions{retracted}, "
+                f"{evictions:,} evictions"
             )
+        style = "" if pool.style == "vllm" else f" ({pool.style} style)"  # R88
         lines.append(
-            f"  {pool.name}: {pool.workers:,} workers x {pool.dp_size} ranks; routed "
+            f"  {pool.name}{style}: {pool.workers:,} workers x {pool.dp_size} ranks; routed "
             f"{pool.routed:,}, completed {pool.completed:,}; utilisation "
             f"{shown(pool.utilization, 'percent', suffix=True)}; "
             f"{shown(pool.request_throughput_per_s, 'per_s')} requests/s, "
