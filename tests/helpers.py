@@ -129,11 +129,41 @@ def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def as_report_6_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 6.0 writer writes for the same replay (the vLLM style): the 7.0
+    ``report`` without R95's members (SPEC.md R96), each checked to be the vLLM style's; a 6.0
+    ``report`` is returned as it is."""
+    old = copy.deepcopy(report)
+    if old["schema_version"] == "6.0":
+        return old
+    old["schema_version"] = "6.0"
+    for request in old["requests"]:
+        assert request.pop("retractions") == 0, "a 6.0 report comes from the vLLM style"
+    caches = [old["summary"]["kv_cache"]]
+    for holder in [*old["workers"], *old["pools"]]:
+        assert holder.pop("style") == "vllm", "a 6.0 report comes from the vLLM style"
+    for worker in old["workers"]:
+        caches += [worker["kv_cache"], *(rank["kv_cache"] for rank in worker["ranks"])]
+    caches += [pool["kv_cache"] for pool in old["pools"]]
+    for cache in caches:
+        if cache is not None:
+            assert cache.pop("retractions") == 0, "the vLLM style retracts nobody"
+            assert cache.pop("peak_reserved_blocks", None) is None, "nor reserves blocks"
+    for entry in old["trace"] or []:
+        assert (entry.pop("retracted"), entry.pop("new_token_ratio")) == ([], None)
+        shape = entry["shape"]
+        decode, prefill = shape["decode_requests"] > 0, shape["prefill_tokens"] > 0
+        assert entry.pop("kind") == (
+            "mixed" if decode and prefill else "decode" if decode else "prefill"
+        )
+    return old
+
+
 def as_report_5_0(report: dict[str, Any]) -> dict[str, Any]:
     """What a report 5.0 writer writes for the same replay (one pool "default" of one-rank
-    workers): the 6.0 ``report`` without R85's members (SPEC.md R86), each checked to be what
-    such a fleet gives."""
-    old = copy.deepcopy(report)
+    workers): the 6.0 form of ``report`` without R85's members (SPEC.md R86), each checked to
+    be what such a fleet gives."""
+    old = as_report_6_0(report)
     old["schema_version"] = "5.0"
     inputs = old["inputs"]
     (profile,) = inputs.pop("timing_profiles")

@@ -438,6 +438,58 @@ def default_pool(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def report_6_0_to_7_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 6.0 to 7.0 (R96): the report of the vLLM style.
+
+    Exact, not a guess: a 6.0 report comes from a scenario without ``scheduler.style``
+    (scenario 1.5 and report 7.0 came together), whose every pool has the style ``"vllm"``
+    (R88), which retracts nobody, reserves nothing and keeps no new-token ratio. A trace
+    entry's kind follows from its shape alone (R95).
+    """
+    upgraded = dict(report)
+    upgraded["requests"] = [
+        _with_member(request, "retractions", 0) for request in report["requests"]
+    ]
+    upgraded["workers"] = [_worker_7_0(worker) for worker in report["workers"]]
+    upgraded["pools"] = [
+        _with_member(_with_cache_7_0(pool), "style", "vllm") for pool in report["pools"]
+    ]
+    summary = report["summary"]
+    if summary["kv_cache"] is not None:
+        cache = _with_member(summary["kv_cache"], "retractions", 0)
+        upgraded["summary"] = {**summary, "kv_cache": cache}  # in its place
+    if report.get("trace") is not None:
+        upgraded["trace"] = [_trace_entry_7_0(entry) for entry in report["trace"]]
+    return upgraded
+
+
+def _with_cache_7_0(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """R96: a worker's, rank's or pool's ``kv_cache`` (when not null) gains ``retractions`` 0
+    and ``peak_reserved_blocks`` null."""
+    cache = entry["kv_cache"]
+    if cache is None:
+        return dict(entry)
+    cache = _with_member(cache, "peak_reserved_blocks", None)
+    return {**entry, "kv_cache": _with_member(cache, "retractions", 0)}  # in its place
+
+
+def _worker_7_0(worker: Mapping[str, Any]) -> dict[str, Any]:
+    """R96: ``style`` ``"vllm"``, and the cache members on the worker and each rank."""
+    upgraded = _with_cache_7_0(worker)
+    upgraded["ranks"] = [_with_cache_7_0(rank) for rank in worker["ranks"]]
+    return _with_member(upgraded, "style", "vllm")
+
+
+def _trace_entry_7_0(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """R96: ``kind`` from the shape, ``retracted`` [] and ``new_token_ratio`` null."""
+    shape = entry["shape"]
+    decode, prefill = shape["decode_requests"] > 0, shape["prefill_tokens"] > 0
+    kind = "mixed" if decode and prefill else "decode" if decode else "prefill"
+    upgraded = _with_member(entry, "kind", kind)
+    upgraded = _with_member(upgraded, "new_token_ratio", None)
+    return _with_member(upgraded, "retracted", [])
+
+
 def _with_member(value: Mapping[str, Any], name: str, member: Any) -> dict[str, Any]:
     """``value`` with the member ``name`` put before the first member whose name sorts after it.
 
@@ -564,6 +616,25 @@ CHAIN = MigrationChain(
             target="1.4",
             summary="relabel: 1.4 adds fleet.pools, fleet.dp_size and the routing policy "
             "weighted_round_robin, which 1.3 scenarios do not use (R86)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="6.0",
+            target="7.0",
+            summary="adds the vLLM style's values (R96: a 6.0 report comes from a scenario "
+            'without scheduler.style): style "vllm" per worker and pool, retractions 0 per '
+            "request, kind (from the shape), retracted [] and new_token_ratio null per trace "
+            "entry, retractions 0 and peak_reserved_blocks null in every kv_cache of a worker, "
+            "rank and pool, and retractions 0 in summary.kv_cache (R95)",
+            upgrade=report_6_0_to_7_0,
+        ),
+        Migration(
+            kind="scenario",
+            source="1.4",
+            target="1.5",
+            summary="relabel: 1.5 adds scheduler.style and scheduler.sglang, which 1.4 "
+            "scenarios do not use (R96)",
             upgrade=relabel,
         ),
     ),

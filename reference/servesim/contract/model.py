@@ -21,6 +21,9 @@ RoutingPolicyName = Literal[
 STATE_AWARE_POLICIES: frozenset[str] = frozenset({"least_loaded", "cache_aware"})
 PrefillMode = Literal["whole", "chunked"]
 
+#: R88: how a worker forms its steps; ``"vllm"`` is sections 5 and 11, the default.
+SchedulerStyle = Literal["vllm", "sglang", "trtllm"]
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -74,10 +77,20 @@ class Routing:
 
 
 @dataclass(frozen=True, slots=True)
-class SchedulerLimits:
-    """Per-worker continuous-batching limits (SPEC.md section 5).
+class SglangOptions:
+    """R88: ``scheduler.sglang``, the knobs of SGLang's admission estimate (R89, R90)."""
 
-    ``max_chunk_tokens`` is set exactly when ``prefill_mode`` is ``"chunked"``.
+    clip_max_new_tokens: int = 4096
+    conservativeness_permille: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerLimits:
+    """Per-worker continuous-batching limits (SPEC.md section 5) and the style that forms its
+    steps (R88).
+
+    ``max_chunk_tokens`` is set exactly when ``prefill_mode`` is ``"chunked"``; ``sglang`` is
+    set exactly when ``style`` is ``"sglang"`` (its defaults when the scenario gives none).
     """
 
     max_num_seqs: int
@@ -85,6 +98,8 @@ class SchedulerLimits:
     max_model_len: int
     prefill_mode: PrefillMode
     max_chunk_tokens: int | None = None
+    style: SchedulerStyle = "vllm"
+    sglang: SglangOptions | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from servesim.contract.model import (
     Routing,
     Scenario,
     SchedulerLimits,
+    SglangOptions,
     Slo,
 )
 
@@ -59,13 +60,58 @@ def _batched_problem(scheduler: dict[str, Any], where: str) -> list[tuple[str, s
     ]
 
 
+def _sglang_problems(
+    scheduler: dict[str, Any], cache: dict[str, Any] | None, where: str
+) -> list[tuple[str, str]]:
+    """R88: under style ``"sglang"`` the chunk is a budget of the whole step, at most the step
+    budget, and with a cache a whole number of pages (the schema already requires chunked
+    prefill with that style)."""
+    if scheduler.get("style") != "sglang":
+        return []
+    chunk = scheduler["prefill"]["max_chunk_tokens"]
+    pointer = where + "/scheduler/prefill/max_chunk_tokens"
+    if chunk > scheduler["max_batched_tokens"]:
+        return [
+            (
+                pointer,
+                f"{chunk} is more than max_batched_tokens ({scheduler['max_batched_tokens']}); "
+                'style "sglang" needs max_chunk_tokens <= max_batched_tokens (R88)',
+            )
+        ]
+    if cache is not None and chunk % cache["block_tokens"]:
+        return [
+            (
+                pointer,
+                f"{chunk} is not a multiple of the cache's block_tokens ({cache['block_tokens']});"
+                ' style "sglang" prefills whole pages (R88)',
+            )
+        ]
+    return []
+
+
 def _limits_problems(value: dict[str, Any]) -> list[tuple[str, str]]:
-    """R4, R77: the scenario's limits, and each pool's own, decode every running request in
-    one step (the scenario's reported once, however many pools use them)."""
-    problems = _batched_problem(value["scheduler"], "")
-    for index, pool in enumerate(value["fleet"].get("pools", ())):
-        if "scheduler" in pool:
-            problems.extend(_batched_problem(pool["scheduler"], f"/fleet/pools/{index}"))
+    """R4, R77, R88: the scenario's limits, and each pool's own, decode every running request in
+    one step (the scenario's reported once, however many pools use them); an sglang style's
+    chunk fits the step and its cache's pages, judged for each pair of limits and cache a worker
+    uses, at the limits' pointer."""
+    scheduler = value["scheduler"]
+    cache = value.get("kv_cache")
+    problems = _batched_problem(scheduler, "")
+    pools = value["fleet"].get("pools")
+    if pools is None:
+        return problems + _sglang_problems(scheduler, cache, "")
+    reported: set[str] = set()
+    for index, pool in enumerate(pools):
+        own = "scheduler" in pool
+        where = f"/fleet/pools/{index}" if own else ""
+        if own:
+            problems.extend(_batched_problem(pool["scheduler"], where))
+        for pointer, reason in _sglang_problems(
+            pool.get("scheduler", scheduler), pool.get("kv_cache", cache), where
+        ):
+            if pointer not in reported:  # the scenario's limits, reported once
+                reported.add(pointer)
+                problems.append((pointer, reason))
     return problems
 
 
@@ -177,12 +223,16 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
 
 def _limits(scheduler: dict[str, Any]) -> SchedulerLimits:
     prefill = scheduler["prefill"]
+    style = scheduler.get("style", "vllm")
+    options = scheduler.get("sglang", {})
     return SchedulerLimits(
         max_num_seqs=scheduler["max_num_seqs"],
         max_batched_tokens=scheduler["max_batched_tokens"],
         max_model_len=scheduler["max_model_len"],
         prefill_mode=prefill["mode"],
         max_chunk_tokens=prefill.get("max_chunk_tokens"),
+        style=style,
+        sglang=SglangOptions(**options) if style == "sglang" else None,
     )
 
 

@@ -36,12 +36,15 @@ def rejection_reason(
         return "context_exceeds_max_model_len"
     if limits.prefill_mode == "whole" and request.prompt_tokens > limits.max_batched_tokens:
         return "prefill_exceeds_step_budget"
-    if (
-        kv_cache is not None
-        and request.prompt_tokens + request.max_output_tokens
-        > kv_cache.blocks * kv_cache.block_tokens
-    ):
-        return "exceeds_kv_cache"  # it could never fit the worker's cache on its own
+    if kv_cache is not None:
+        # R90: under sglang a page of slack, so that a request always fits an empty worker's
+        # page-rounded charge with its reserve; R10 (and R93) otherwise
+        slack = kv_cache.block_tokens if limits.style == "sglang" else 0
+        if (
+            request.prompt_tokens + request.max_output_tokens + slack
+            > kv_cache.blocks * kv_cache.block_tokens
+        ):
+            return "exceeds_kv_cache"  # it could never fit the worker's cache on its own
     return None
 
 

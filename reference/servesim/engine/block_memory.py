@@ -136,6 +136,11 @@ class BlockMemory:
         state.cached_tokens = cached
         self.counters.reused_tokens += hit * cache.block_tokens
 
+    def held_hit_blocks(self, state: RequestState) -> int:
+        """R93's a: of the offered request's hit blocks, those running requests hold."""
+        _, hit, cached_hits = self._offered(state)
+        return hit - cached_hits
+
     def _offered(self, state: RequestState) -> tuple[BlockIdentities, int, int]:
         offer = self._offer
         assert offer is not None, "reusable: no request was offered admission"

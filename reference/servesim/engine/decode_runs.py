@@ -19,6 +19,10 @@ step for step, exactly while they do:
    eviction cannot let the head of the queue in, and none when traced: R30 writes one
    ``kv_blocks_in_use`` for the run).
 5. No stop time falls inside it (R62): ``Step.stop_at`` cuts it there.
+6. The style's formation (R88) forms the later steps alike: ``Formation.run_limit``. vLLM's
+   and TensorRT-LLM's do (a trtllm head refused by its reservation stays refused while nothing
+   completes); SGLang's decays its ratio every decode step, so only while no candidate for
+   admission exists, untraced.
 
 A state-aware router may read the worker in the middle of a run (another worker's arrival does
 not cut it); ``keeps_router_view`` checks that nothing it reads (R54) changes inside the run.
@@ -49,11 +53,14 @@ def plan_run(step: Step, worker: Worker, model: TimingModel, max_end_us: int, tr
     ``block_run_limit`` steps; a step with prefill, or with nobody decoding, stays one step."""
     if step.prefill or not step.decode:
         return
+    max_steps = worker.formation.run_limit(worker, step, traced)  # R88: the style's own
+    if max_steps == 1:
+        return
     memory = worker.memory
-    max_steps = None
     if isinstance(memory, BlockMemory):
         preempted = bool(worker.preempted)
-        max_steps = block_run_limit(memory, step, preempted, worker.refused_blocks, traced)
+        limit = block_run_limit(memory, step, preempted, worker.refused_blocks, traced)
+        max_steps = limit if max_steps is None else min(max_steps, limit)
     if isinstance(model, SyntheticLinearTiming):
         step.repeat = decode_run_length(step, max_end_us, max_steps)
     else:

@@ -388,6 +388,13 @@ class EventLoop:
             isinstance(model, SyntheticLinearTiming)
             and group.ranks[0].memory.unlimited
             and all(step.decode and not step.prefill for step in steps)
+            and all(  # R88: each rank's style forms its later steps alike
+                group.ranks[step.rank].formation.run_limit(
+                    group.ranks[step.rank], step, self.steps is not None
+                )
+                is None
+                for step in steps
+            )
         ):
             repeat = max(
                 1,

@@ -11,6 +11,7 @@ treats it as before.
 from __future__ import annotations
 
 from servesim.engine.block_memory import BlockMemory
+from servesim.engine.formation.trtllm import reserved_blocks
 from servesim.engine.step import Step
 from servesim.engine.worker import Worker
 
@@ -25,6 +26,7 @@ class RankGroup:
         "index",
         "passes",
         "peak_blocks_in_use",
+        "peak_reserved_blocks",
         "peak_running",
         "peak_waiting",
         "ranks",
@@ -48,6 +50,9 @@ class RankGroup:
         self.peak_running = 0
         self.peak_waiting = 0
         self.peak_blocks_in_use = 0
+        self.peak_reserved_blocks = 0
+        """R95: with the trtllm style, the largest total of the ranks' held and reserved
+        blocks once a pass is formed."""
 
     def has_work(self) -> bool:
         """R83: a rank has a request running or waiting."""
@@ -75,6 +80,9 @@ class RankGroup:
         ]
         if held:
             self.peak_blocks_in_use = max(self.peak_blocks_in_use, sum(held))
+            if self.ranks[0].style == "trtllm":  # R93: reservations are this style's only
+                reserved = sum(held) + sum(reserved_blocks(rank) for rank in self.ranks)
+                self.peak_reserved_blocks = max(self.peak_reserved_blocks, reserved)
 
     def ended(self, start_us: int, end_us: int, passes: int = 1) -> None:
         """R85: the pass from ``start_us`` (or the run of ``passes`` passes of one rank alone,
@@ -91,3 +99,7 @@ class RankGroup:
         counters = rank.kv_counters
         if counters is not None and counters.peak_blocks_in_use > self.peak_blocks_in_use:
             self.peak_blocks_in_use = counters.peak_blocks_in_use
+        # R95: likewise held and reserved blocks (idle trtllm ranks reserve none)
+        reserved = None if counters is None else counters.peak_reserved_blocks
+        if reserved is not None and reserved > self.peak_reserved_blocks:
+            self.peak_reserved_blocks = reserved

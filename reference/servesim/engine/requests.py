@@ -47,6 +47,8 @@ class RequestState:
     """R48, R52: the tokens reused at its first admission (0 without a cache)."""
     preemptions: int = 0
     """R49, R52: how many times it was preempted."""
+    retractions: int = 0
+    """R91, R95: how many times the sglang style retracted it."""
     cached_tokens: int = 0
     """R46: the tokens whose keys and values it has in the cache (with a cache only)."""
     blocks: HeldBlocks = field(default_factory=HeldBlocks)

@@ -47,6 +47,11 @@ class Step:
     step's; untraced, only its first's (the worker's peak counts the run's last)."""
     preempted: list[str] = field(default_factory=list)
     """R49, R52: the ids of the requests preempted while the step was formed, in order."""
+    retracted: list[str] = field(default_factory=list)
+    """R91, R95: the ids of the requests retracted while the step was formed, in order."""
+    new_token_ratio: int | None = None
+    """R89, R95: the numerator (over ``formation.sglang.RATIO_DENOMINATOR``) of the new-token
+    ratio the step's admission used; ``None`` unless the style is sglang."""
     pass_end_us: int | None = None
     """R83: on a worker of several ranks, the end of the pass the step is part of, when all
     its tokens are produced; ``duration_us`` is then the step's own d_r. ``None`` on a

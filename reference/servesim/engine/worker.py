@@ -52,7 +52,9 @@ class Worker:
         "preempted",
         "prefill_tokens",
         "rank",
+        "ratio",
         "refused_blocks",
+        "retracted",
         "routed",
         "running",
         "schedule_pending",
@@ -113,8 +115,14 @@ class Worker:
         (``report.itl_gaps``)."""
         self.kv_counters: KvCacheCounters | None = memory.counters
         """R52: the cache's counters; ``None`` without a cache."""
+        if self.kv_counters is not None and formation.style == "trtllm":
+            self.kv_counters.peak_reserved_blocks = 0  # R95: a figure of this style only
         self.preempted: list[RequestState] = []
         """R49: the victims of the step formed last, in the order they were preempted."""
+        self.retracted: list[RequestState] = []
+        """R91: the sglang style's victims of the step formed last, in the order retracted."""
+        self.ratio: int | None = formation.initial_ratio()
+        """R89: the sglang style's new-token ratio numerator; ``None`` with the other styles."""
         self.refused_blocks = 0
         """The blocks the head of the queue needed when the step formed last refused it for
         want of blocks (R50 step 3); 0 when admission stopped for another reason. Read by
@@ -136,19 +144,46 @@ class Worker:
         if self.group is not None:  # R85: the worker's peak is over its ranks' queues together
             self.group.joined()
 
+    @property
+    def style(self) -> str:
+        """R88: the style of its pool's limits, which forms its steps."""
+        return self.formation.style
+
     def form_step(self, now_us: int) -> Step:
-        """R16: the step starting now, as its formation policy forms it (R17 to R19, R50),
-        with what its memory says of it (R52); untimed (``duration_us`` 0) and of one step."""
+        """R16: the step starting now, as its formation policy forms it (R17 to R19, R50;
+        R90, R93 for the other styles), with what its memory says of it (R52); untimed
+        (``duration_us`` 0) and of one step."""
         if self.preempted:
             self.preempted = []
+        if self.retracted:
+            self.retracted = []
         self.refused_blocks = 0
+        ratio = self.ratio  # R89: the value admission uses, before the step changes it
         decode, prefill = self.formation.form(self, now_us)
         assert decode or prefill, "R16: a worker with work always forms a non-empty step"
         self.peak_running = max(self.peak_running, len(self.running))
-        step = Step(self.index, now_us, 0, decode, prefill, rank=self.rank)
+        step = Step(self.index, now_us, 0, decode, prefill, rank=self.rank, new_token_ratio=ratio)
+        if self.retracted:
+            step.retracted = [state.request.id for state in self.retracted]
         if not self.memory.unlimited:  # R45: without a cache there is nothing to record
             self.memory.formed(step, self.preempted)
         return step
+
+    def retract(self, victim: RequestState) -> None:
+        """R91's actions for a victim the sglang style chose: R49's, except that it joins the
+        waiting queue at its tail and counts as a retraction."""
+        self.running.remove(victim)
+        self.memory.release(victim)
+        victim.prefilled = 0  # its produced tokens, their times, first_scheduled stay
+        victim.decoding = False
+        self.waiting.append(victim)  # behind every request already waiting
+        self.peak_waiting = max(self.peak_waiting, len(self.waiting))
+        if self.group is not None:
+            self.group.joined()
+        victim.retractions += 1
+        assert self.kv_counters is not None, "R90: without a cache nothing is retracted"
+        self.kv_counters.retractions += 1
+        self.retracted.append(victim)
 
     def preempt(self, victim: RequestState) -> None:
         """R49's four actions, in order, for a victim its formation policy chose."""
@@ -198,6 +233,7 @@ class Worker:
         self.completed += len(finished)
         if self.step_ends is not None:
             self._keep_step_ends(step)
+        self.formation.step_ended(self, step)  # R89: the ratio's later decays and its reset
         return finished
 
     def _produce_tokens(self, step: Step, end: int) -> int:

@@ -17,6 +17,7 @@ from servesim.contract.model import DEFAULT_POOL, Pool, SchedulerLimits, Slo
 from servesim.contract.nearest_rank import ranked_statistics
 from servesim.contract.tpot import tpot_statistics
 from servesim.engine.admission import REJECT_REASONS
+from servesim.engine.formation.sglang import RATIO_DENOMINATOR
 from servesim.engine.kv.counters import KvCacheCounters
 from servesim.engine.loop import SimulationResult
 from servesim.engine.passes import RankGroup
@@ -77,7 +78,7 @@ _REQUEST_ENTRY = (
     b'{"arrival_us":%b,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,'
     b'"first_scheduled_us":%b,"first_token_us":%b,"id":%b,"mean_itl_us":%b,"outcome":%b,'
     b'"output_tokens":%d,"pool":%b,"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,'
-    b'"rank":%b,"reject_reason":%b,'
+    b'"rank":%b,"reject_reason":%b,"retractions":%d,'
     b'"reused_prompt_tokens":%d,"session":%b,%b"terminal_us":%d,"token_times_us":[%b],'
     b'"ttft_us":%b,"worker":%b}'
 )
@@ -170,6 +171,7 @@ def _request_entry(
         _json(queue_us),
         _json(state.rank),  # R85
         _json(state.reject_reason),
+        state.retractions,  # R95
         state.reused_prompt_tokens,
         session,
         _SLO_MET[None if slo is None else meets_objectives(state, slo)],
@@ -287,11 +289,12 @@ def _summary_kv_cache(
         "prefix_reuse_ratio": ratio(reused, prompt_tokens),
         "preemptions": sum(each.preemptions for each in counters),
         "evictions": sum(each.evictions for each in counters),
+        "retractions": sum(each.retractions for each in counters),  # R95
     }
 
 
-def _worker_kv_cache(counters: KvCacheCounters | None) -> dict[str, int] | None:
-    """R52: one worker's cache counters; ``None`` without a cache."""
+def _worker_kv_cache(counters: KvCacheCounters | None) -> dict[str, int | None] | None:
+    """R52, R95: one worker's cache counters; ``None`` without a cache."""
     if counters is None:
         return None
     return {
@@ -299,7 +302,13 @@ def _worker_kv_cache(counters: KvCacheCounters | None) -> dict[str, int] | None:
         "reused_tokens": counters.reused_tokens,
         "preemptions": counters.preemptions,
         "evictions": counters.evictions,
+        "retractions": counters.retractions,
+        "peak_reserved_blocks": counters.peak_reserved_blocks,
     }
+
+
+#: R85, R95: the cache counters a worker's (or pool's) entry sums over its ranks (workers).
+_SUMMED_CACHE = ("reused_tokens", "preemptions", "evictions", "retractions")
 
 
 def _rank_entry(rank: Worker, makespan_us: int) -> dict[str, Any]:
@@ -344,13 +353,14 @@ def _worker_entry(
             if caches[0] is None
             else {
                 "peak_blocks_in_use": unit.peak_blocks_in_use,
-                **{
-                    name: sum(cache[name] for cache in caches)
-                    for name in ("reused_tokens", "preemptions", "evictions")
-                },
+                "peak_reserved_blocks": (
+                    None if caches[0]["peak_reserved_blocks"] is None else unit.peak_reserved_blocks
+                ),
+                **{name: sum(cache[name] for cache in caches) for name in _SUMMED_CACHE},
             }
         )
     entry["worker"] = unit.index
+    entry["style"] = unit.style if isinstance(unit, Worker) else unit.ranks[0].style  # R95
     entry["pool"] = pool
     entry["pool_worker"] = pool_worker
     entry["ranks"] = ranks
@@ -370,15 +380,15 @@ def _pool_entry(
     kv_cache = None
     if pool.kv_cache is not None:
         caches = [worker["kv_cache"] for worker in workers]
+        reserved = [cache["peak_reserved_blocks"] for cache in caches]
         kv_cache = {
             "peak_blocks_in_use": max(cache["peak_blocks_in_use"] for cache in caches),
-            **{
-                name: sum(cache[name] for cache in caches)
-                for name in ("reused_tokens", "preemptions", "evictions")
-            },
+            "peak_reserved_blocks": None if None in reserved else max(reserved),
+            **{name: sum(cache[name] for cache in caches) for name in _SUMMED_CACHE},
         }
     return {
         "name": pool.name,
+        "style": pool.scheduler.style,  # R95
         "workers": pool.workers,
         "dp_size": pool.dp_size,
         "routed": sum(worker["routed"] for worker in workers),
@@ -396,11 +406,20 @@ def _pool_entry(
 
 #: R30's trace entry with its members in RFC 8785 order; the strings inside are canonical already.
 _TRACE_ENTRY = (
-    b'{"batched_tokens":%d,"decode_requests":%b,"duration_us":%d,"end_us":%d,'
-    b'"kv_blocks_in_use":%b,"preempted":%b,"prefill":%b,"prefill_tokens":%d,"rank":%d,'
+    b'{"batched_tokens":%d,"decode_requests":%b,"duration_us":%d,"end_us":%d,"kind":%b,'
+    b'"kv_blocks_in_use":%b,"new_token_ratio":%b,"preempted":%b,"prefill":%b,'
+    b'"prefill_tokens":%d,"rank":%d,"retracted":%b,'
     b'"shape":{"context_tokens":%d,"decode_requests":%d,"prefill_tokens":%d},'
     b'"start_us":%d,"worker":%d}'
 )
+
+
+#: R95: a step's kind from its shape, by (decode requests > 0, prefill tokens > 0).
+_STEP_KIND = {
+    (True, False): b'"decode"',
+    (False, True): b'"prefill"',
+    (True, True): b'"mixed"',
+}
 
 
 def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
@@ -419,7 +438,11 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
     )
     kv_blocks_in_use = _json(step.kv_blocks_in_use)
     preempted = canonical_bytes(step.preempted)
+    retracted = canonical_bytes(step.retracted)  # R95
+    ratio_used = step.new_token_ratio
+    new_token_ratio = b"null" if ratio_used is None else _json(ratio(ratio_used, RATIO_DENOMINATOR))
     decoding = len(step.decode)
+    kind = _STEP_KIND[bool(decoding), bool(prefill_tokens)]
     batched = decoding + prefill_tokens
     context = step.context_tokens
     bounds = step.step_bounds()
@@ -432,11 +455,14 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
             decode_requests,
             step.duration_us if step.barrier else end - start,
             end,
+            kind,
             kv_blocks_in_use,
+            new_token_ratio,
             preempted,
             prefill,
             prefill_tokens,
             rank,
+            retracted,
             context,
             decoding,
             prefill_tokens,
@@ -586,7 +612,7 @@ def report_chunks(
         )
         for state in result.requests
     )
-    yield b',"schema_version":"6.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"7.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:

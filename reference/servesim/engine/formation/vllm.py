@@ -16,6 +16,7 @@ from servesim.engine.formation.batch import Batch
 from servesim.engine.requests import RequestState
 
 if TYPE_CHECKING:
+    from servesim.engine.step import Step
     from servesim.engine.worker import Worker
 
 
@@ -40,8 +41,21 @@ class VllmFormation:
 
     __slots__ = ("limits",)
 
+    style = "vllm"
+
     def __init__(self, limits: SchedulerLimits) -> None:
         self.limits = limits
+
+    def initial_ratio(self) -> int | None:
+        """No new-token ratio (R89 is sglang's)."""
+        return None
+
+    def run_limit(self, worker: Worker, step: Step, traced: bool) -> int | None:
+        """No limit of the style's own on a decode run (``decode_runs``' conditions hold)."""
+        return None
+
+    def step_ended(self, worker: Worker, step: Step) -> None:
+        """Nothing of the style's own changes at a step end."""
 
     def form(self, worker: Worker, now_us: int) -> Batch:
         """R50's three parts in order: decode, running prefills, admission."""
@@ -112,9 +126,7 @@ class VllmFormation:
             tokens = allotment(target - reused, budget, limits, head.preemptions > 0)
             if tokens == 0:
                 break
-            refused = memory.refusal(head, reused + tokens)
-            if refused:
-                worker.refused_blocks = refused
+            if not self._fits(worker, head, reused + tokens):
                 break
             waiting.popleft()
             memory.admit(head, reused + tokens)
@@ -126,6 +138,14 @@ class VllmFormation:
             running.append(head)
             prefill.append((head, tokens))
             budget -= tokens
+
+    def _fits(self, worker: Worker, head: RequestState, cached: int) -> bool:
+        """R50 step 3: the offered head can have the blocks for ``cached`` cached tokens (its
+        reuse and its allotment); if not, what it needed is kept for ``decode_runs``."""
+        refused = worker.memory.refusal(head, cached)
+        if refused:
+            worker.refused_blocks = refused
+        return not refused
 
     def _make_room(
         self, worker: Worker, state: RequestState, tokens: int, served: set[RequestState]

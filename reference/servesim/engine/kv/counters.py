@@ -17,3 +17,8 @@ class KvCacheCounters:
     reused_tokens: int = 0
     preemptions: int = 0
     evictions: int = 0
+    retractions: int = 0
+    """R91, R95: the sglang style's retractions on the worker."""
+    peak_reserved_blocks: int | None = None
+    """R93, R95: with the trtllm style the largest held-plus-reserved blocks once a step is
+    formed (0 before any); ``None`` with the other styles."""
