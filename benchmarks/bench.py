@@ -294,6 +294,11 @@ def child(arguments: argparse.Namespace) -> None:
         figures["peak_blocks_in_use"] = max(
             worker["kv_cache"]["peak_blocks_in_use"] for worker in report["workers"]
         )
+        reserved = [  # R95 (report 7.0): the trtllm style's held and reserved blocks
+            worker["kv_cache"].get("peak_reserved_blocks") for worker in report["workers"]
+        ]
+        if None not in reserved:
+            figures["peak_reserved_blocks"] = max(reserved)
     figures["rejected"] = summary["rejected"]
     figures["completed"] = summary["completed"]
     figures["cut_off"] = summary.get("cut_off", 0)  # R62, report 5.0
