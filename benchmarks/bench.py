@@ -6,6 +6,7 @@
     python benchmarks/bench.py --only routing  # state-aware routing (benchmarks/bench_routing.py)
     python benchmarks/bench.py --only sessions  # closed loop, stop time (bench_sessions.py)
     python benchmarks/bench.py --only pools  # pools and attention-DP ranks (bench_pools.py)
+    python benchmarks/bench.py --only styles  # scheduler styles (bench_styles.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default the copies shipped in
 benchmarks/traces/ (their sources and licences: benchmarks/traces/README.md); the shipped ones
@@ -293,11 +294,19 @@ def child(arguments: argparse.Namespace) -> None:
         figures["peak_blocks_in_use"] = max(
             worker["kv_cache"]["peak_blocks_in_use"] for worker in report["workers"]
         )
+        reserved = [  # R95 (report 7.0): the trtllm style's held and reserved blocks
+            worker["kv_cache"].get("peak_reserved_blocks") for worker in report["workers"]
+        ]
+        if None not in reserved:
+            figures["peak_reserved_blocks"] = max(reserved)
     figures["rejected"] = summary["rejected"]
     figures["completed"] = summary["completed"]
     figures["cut_off"] = summary.get("cut_off", 0)  # R62, report 5.0
     figures["ttft_p50_us"] = summary["ttft_us"]["p50"]
     figures["ttft_p99_us"] = summary["ttft_us"]["p99"]
+    tpot = summary["tpot_us"] or {}  # null when no request produced two tokens (R27)
+    figures["tpot_p50_us"] = tpot.get("p50")
+    figures["tpot_p99_us"] = tpot.get("p99")
     figures["busy_us"] = [worker["busy_us"] for worker in report["workers"]]
     figures["makespan_us"] = summary["makespan_us"]
     if counter is not None:
@@ -609,6 +618,17 @@ def pools_section(folder: Path, limit: int | None) -> None:
     section(workload, scenario(16), TIMING, replay, line)
 
 
+def styles_section(folder: Path, limit: int | None) -> None:
+    """The scheduler styles section (benchmarks/bench_styles.py) on the hashed Mooncake trace:
+    vllm, sglang and trtllm with and without cache pressure."""
+    from bench_styles import WORKERS
+    from bench_styles import styles_section as section
+
+    print("\n== scheduler styles (issue 24) ==")
+    hashed, replay = hashed_mooncake(folder, limit, WORKERS)
+    section(hashed, scenario(WORKERS), replay, line)
+
+
 def arrivals_of(report: Path) -> list[int]:
     """Each request's ``arrival_us`` in a report, read in a child process: parsing a 48 MB
     report here would raise this process's peak RSS, which every child started after it
@@ -680,10 +700,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["kv", "routing", "sessions", "pools"],
+        choices=["kv", "routing", "sessions", "pools", "styles"],
         help="measure only this section (kv: the KV cache, issue 10; routing: state-aware "
         "routing, issue 11; sessions: closed loop and stop time, issue 13; pools: pools and "
-        "attention-DP ranks, issue 23)",
+        "attention-DP ranks, issue 23; styles: scheduler styles, issue 24)",
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -725,6 +745,9 @@ def main() -> int:
             return 0
         if arguments.only == "pools":
             pools_section(folder, limit)
+            return 0
+        if arguments.only == "styles":
+            styles_section(folder, limit)
             return 0
         print("\n== real traces ==")
         for source in SOURCES:
@@ -776,6 +799,7 @@ def main() -> int:
         routing_section(folder, limit)
         sessions_section(folder, limit)
         pools_section(folder, limit)
+        styles_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(
             folder, short=arguments.short, plain_loop=[str(PLAIN_LOOP), *PLAIN_LOOP_REPORT]
