@@ -262,3 +262,9 @@ def run_plain_loop(
         code = plain.main(arguments)
     report = json.loads(output.read_text()) if output.exists() else None
     return code, error.getvalue(), report
+
+
+def released_scenario_schema(version: str) -> Any:
+    """The frozen scenario schema of a released version (R34), parsed."""
+    path = REPO / "schemas" / "released" / version / "scenario.schema.json"
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -21,7 +21,7 @@ from servesim.contract.errors import InvalidInput
 from servesim.engine.routing import WeightedRoundRobinRouter
 from servesim_conformance.evolution.strategies import documents
 from servesim_conformance.strategies import session_input_triples
-from tests.helpers import REPO, run_servesim, timing_doc, workload_doc
+from tests.helpers import released_scenario_schema, run_servesim, timing_doc, workload_doc
 
 FAST = timing_doc(step_overhead_ns=1_000_000, prefill_token_ns=10_000, decode_token_ns=100_000)
 SLOW = timing_doc(step_overhead_ns=2_000_000, prefill_token_ns=20_000, decode_token_ns=200_000)
@@ -394,11 +394,6 @@ def test_r84_per_pool_profiles_in_any_order_give_the_same_report(
 # --- R35, R86: scenario 1.4 is a minor version -----------------------------------------------
 
 
-def _released_scenario(version: str) -> Any:
-    path = REPO / "schemas" / "released" / version / "scenario.schema.json"
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 @settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_r86_every_scenario_1_3_is_a_scenario_1_4(data: st.DataObject) -> None:
@@ -408,7 +403,7 @@ def test_r86_every_scenario_1_3_is_a_scenario_1_4(data: st.DataObject) -> None:
     beyond its rules), so the decision rests on this: any 1.3 scenario, drawn from the 1.3
     schema or as the conformance suite draws section 13's scenarios, relabelled, is valid
     under 1.4."""
-    old, new = _released_scenario("1.3"), _released_scenario("1.4")
+    old, new = released_scenario_schema("1.3"), released_scenario_schema("1.4")
     if data.draw(st.booleans()):
         scenario = data.draw(documents(old))
         assume(jsonschema.Draft202012Validator(old).is_valid(scenario))

@@ -21,7 +21,7 @@ from servesim.contract.migrations import CHAIN
 from servesim.contract.model import SglangOptions
 from servesim.engine.formation.sglang import RATIO_DENOMINATOR, ratio_constants
 from servesim_conformance.evolution.strategies import documents
-from tests.helpers import REPO, timing_doc, workload_doc
+from tests.helpers import released_scenario_schema, timing_doc, workload_doc
 
 TIMING = timing_doc(step_overhead_ns=1_000_000, prefill_token_ns=1_000, decode_token_ns=0)
 Q = RATIO_DENOMINATOR
@@ -222,11 +222,6 @@ def test_r96_migration_adds_the_vllm_values() -> None:
 # --- R35, R96: scenario 1.5 is a minor version -----------------------------------------------
 
 
-def _released_scenario(version: str) -> Any:
-    path = REPO / "schemas" / "released" / version / "scenario.schema.json"
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 @settings(max_examples=150, suppress_health_check=[HealthCheck.filter_too_much])
 @given(data=st.data())
 def test_r96_every_scenario_1_4_is_a_scenario_1_5(data: st.DataObject) -> None:
@@ -235,7 +230,7 @@ def test_r96_every_scenario_1_4_is_a_scenario_1_5(data: st.DataObject) -> None:
     new ``if``/``then`` and ``dependentSchemas`` of ``scheduler`` undecided; both apply only
     to a scheduler holding ``style`` or ``sglang``, which no 1.4 document has. Any 1.4
     scenario drawn from the 1.4 schema, relabelled, is valid under 1.5."""
-    old, new = _released_scenario("1.4"), _released_scenario("1.5")
+    old, new = released_scenario_schema("1.4"), released_scenario_schema("1.5")
     scenario = data.draw(documents(old))
     assume(jsonschema.Draft202012Validator(old).is_valid(scenario))
     jsonschema.validate({**scenario, "schema_version": "1.5"}, new)
