@@ -105,6 +105,14 @@ def reads_pools(description: Description) -> bool:
     )
 
 
+def reads_styles(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.5, the version with
+    the scheduler styles (R96), and scenario 1.4's pools they are drawn with."""
+    return reads_pools(description) and (
+        description.declares("scenario", "1.5") and "1.5" in SUPPORTED_VERSIONS["scenario"]
+    )
+
+
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
     """The reference's report bytes for generated documents, in-process."""
     loaded = [

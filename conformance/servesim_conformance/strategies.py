@@ -777,3 +777,60 @@ def pool_input_triples(
         }
     scenario["schema_version"] = "1.4"
     return scenario, workload, timing
+
+
+#: R88: the scheduler styles.
+STYLES = ("vllm", "sglang", "trtllm")
+
+
+@st.composite
+def styled_limits(draw: st.DrawFn, limits: dict[str, Any], page: int) -> dict[str, Any]:
+    """``limits`` (a scheduler of R16 to R19) with a drawn ``style`` (R88). For ``"sglang"``
+    the limits are made what R88 asks: chunked prefill, ``max_chunk_tokens`` at most the step
+    budget and a whole number of ``page`` tokens (the cache's ``block_tokens``, 1 without a
+    cache), lowered, never raised, so that a measured profile still covers every step; now and
+    then ``scheduler.sglang`` with a small clip, so that the estimate binds. A budget under one
+    page cannot be sglang's, and draws another style."""
+    budget = limits["max_batched_tokens"]
+    # sglang twice: its rules are the most numerous
+    style = draw(st.sampled_from((*STYLES, "sglang") if budget >= page else ("vllm", "trtllm")))
+    styled = {**limits, "style": style}
+    if style == "sglang":
+        cap = limits["prefill"].get("max_chunk_tokens", budget)
+        styled["prefill"] = {"mode": "chunked", "max_chunk_tokens": min(cap, budget) // page * page}
+        if styled["prefill"]["max_chunk_tokens"] == 0:
+            styled["prefill"]["max_chunk_tokens"] = page
+        if draw(st.booleans()):
+            styled["sglang"] = {
+                "clip_max_new_tokens": draw(st.integers(1, 50)),
+                "conservativeness_permille": draw(st.integers(100, 3000)),
+            }
+    return styled
+
+
+@st.composite
+def styled_input_triples(draw: st.DrawFn) -> Documents:
+    """(scenario 1.5, workload, profile): a triple of ``input_triples()``,
+    ``kv_input_triples()`` or ``pool_input_triples()`` whose scheduler, and each pool's own,
+    gets a drawn style (``styled_limits``, R88): all three styles, with and without caches
+    (small ones, where vllm preempts, sglang retracts and trtllm holds requests back), chunked
+    and whole prefill, pools mixing styles."""
+    triples = st.one_of(input_triples(), kv_input_triples(), pool_input_triples())
+    scenario, workload, timing = draw(triples)
+    scenario = copy.deepcopy(scenario)
+    cache = scenario.get("kv_cache")
+    page = 1 if cache is None else cache["block_tokens"]  # pools' caches share it (R77 draws)
+    if cache is not None and draw(st.booleans()):  # memory pressure: the least cache that
+        # holds the largest request alone with a page to spare (R10, R90), or half the drawn one
+        largest = max(
+            (r["prompt_tokens"] + r["max_output_tokens"] for r in workload["requests"]), default=0
+        )
+        least = -(-largest // page) + 1
+        blocks = min(cache["blocks"], max(least, cache["blocks"] // 2))  # never larger
+        scenario["kv_cache"] = {**cache, "blocks": blocks}
+    scenario["scheduler"] = draw(styled_limits(scenario["scheduler"], page))
+    for pool in scenario["fleet"].get("pools", []):
+        if "scheduler" in pool:
+            pool["scheduler"] = draw(styled_limits(pool["scheduler"], page))
+    scenario["schema_version"] = "1.5"
+    return scenario, workload, timing

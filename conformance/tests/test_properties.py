@@ -17,7 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from servesim_conformance import invariants, pool_invariants
+from servesim_conformance import invariants, pool_invariants, style_invariants
 from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.properties import (
     Documents,
@@ -28,6 +28,7 @@ from servesim_conformance.properties import (
     reads_pools,
     reads_sessions,
     reads_state_aware_routing,
+    reads_styles,
     reads_timing,
     reference_report,
     write_case,
@@ -41,6 +42,7 @@ from servesim_conformance.strategies import (
     pool_input_triples,
     routed_input_triples,
     session_input_triples,
+    styled_input_triples,
 )
 
 EXAMPLES = int(os.environ.get("SERVESIM_PROPERTY_EXAMPLES", "25"))
@@ -404,3 +406,46 @@ def test_pools_differential_against_reference(
     --differential, and only when both read scenario 1.4)."""
     _needs_pools(description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-pools")
+
+
+# --- Scheduler styles (SPEC.md section 16) -------------------------------------------------------
+
+
+def _needs_styles(description: Description, documents: Documents) -> None:
+    """Skip unless the implementation (and the reference) read scenario 1.5 (R96); reject a
+    generated example whose timing it does not run (``_runs_timing``)."""
+    if not reads_styles(description):
+        pytest.skip("the implementation does not declare scenario 1.5 (R96)")
+    _runs_timing(description, documents)
+
+
+@tier
+@given(documents=styled_input_triples())
+def test_styles_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R88 to R95 on the three styles, with and without caches and pools: kinds follow shapes
+    and styles follow pools; sglang never mixes prefill and decode nor preempts, and traces
+    its ratio within R89's range; trtllm never preempts and reserves at most its cache; only
+    sglang retracts, and retractions match the trace; every rank's step keeps its limits
+    (R21, R78)."""
+    _needs_styles(description, documents)
+    scenario, _, _ = documents
+    report = runner.report(documents)
+    style_invariants.check_style_report(scenario, report)
+    pool_invariants.check_rank_limits(scenario, report)
+    invariants.check_token_times(report)
+
+
+@tier
+@given(documents=styled_input_triples())
+def test_styles_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on the scheduler styles (only with
+    --differential, and only when both read scenario 1.5)."""
+    _needs_styles(description, documents)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-styles")
