@@ -131,12 +131,14 @@ def _has_a_4_0_form(path: Path) -> bool:
 
 def _has_a_5_0_form(scenario: dict[str, Any]) -> bool:
     """Whether a scenario uses none of section 15's members, as every report older than 6.0
-    comes from (R86): no pools, no ranks, no weighted round robin."""
+    comes from (R86): no pools, no ranks, no weighted round robin; and, as every report older
+    than 7.0 (R96), no style but vLLM's."""
     fleet = scenario["fleet"]
     return not (
         "pools" in fleet
         or "dp_size" in fleet
         or scenario["routing"]["policy"] == "weighted_round_robin"
+        or scenario["scheduler"].get("style", "vllm") != "vllm"  # R96: nor a style but vLLM's
     )
 
 
@@ -299,6 +301,7 @@ def _has_a_5_0_form(path: Path) -> bool:
         and fleet.get("dp_size", 1) == 1
         and scenario["routing"]["policy"] != "weighted_round_robin"
         and not (path.parent / "timing-profiles").exists()
+        and scenario["scheduler"].get("style", "vllm") == "vllm"  # R96: the vLLM style's
     )
 
 

@@ -247,22 +247,26 @@ class Worker:
         samples are counted per step, not per token (``itl_gaps``).
         """
         decoding = len(step.decode)
+        per_step = self.formation.decodes_every_step
+        if decoding and not per_step:  # before the new tokens: each request's last one
+            self._count_gaps_per_request(step)
         if step.repeat == 1:
             for state in step.decode:
                 state.token_times_us.append(end)
-            if decoding:  # most steps of a long prompt's chunked prefill decode nobody
+            if decoding and per_step:  # most steps of a long prompt's chunks decode nobody
                 # R83: a rank's previous tokens came at the pass start, its new ones at the end
                 self.itl_gaps[end - step.start_us] += decoding
         elif step.segments is not None:
             for state in step.decode:
                 state.token_times_us.extend_progressions(step.segments)
-            for _, duration, count in step.segments:
+            for _, duration, count in step.segments if per_step else ():
                 self.itl_gaps[duration] += count * decoding
         else:
             first = step.start_us + step.duration_us
             for state in step.decode:
                 state.token_times_us.extend_progression(first, step.duration_us, step.repeat)
-            self.itl_gaps[step.duration_us] += step.repeat * decoding
+            if per_step:
+                self.itl_gaps[step.duration_us] += step.repeat * decoding
         first_tokens = 0
         for state, tokens in step.prefill:
             state.prefill(tokens)
@@ -272,6 +276,24 @@ class Worker:
                 state.token_times_us.append(end)
                 first_tokens += 1
         return first_tokens
+
+    def _count_gaps_per_request(self, step: Step) -> None:
+        """R27's ITL samples of a step (or run) whose decoding requests may have sat out the
+        steps before it (R90): the first step's gap from each request's own last token, each
+        later step of a run one period (a run is of decode steps back to back)."""
+        gaps = self.itl_gaps
+        if step.segments is None:
+            first_end = step.start_us + step.duration_us if step.repeat > 1 else step.end_us
+            later = [(step.duration_us, step.repeat - 1)]
+        else:
+            first_end, first_duration, first_count = step.segments[0]
+            later = [(first_duration, first_count - 1)]
+            later += [(duration, count) for _, duration, count in step.segments[1:]]
+        for state in step.decode:
+            gaps[first_end - state.token_times_us.last] += 1
+        for duration, count in later:
+            if count:
+                gaps[duration] += count * len(step.decode)
 
     def _keep_step_ends(self, step: Step) -> None:
         """Add the step's ends to ``step_ends``, every step's, for one may give first tokens

@@ -35,6 +35,12 @@ class Formation(Protocol):
     style: str
     """R88, R95: the style's name, as the report writes it."""
 
+    decodes_every_step: bool
+    """Whether every Decode request decodes in every step of its worker (R17: vLLM's and
+    TensorRT-LLM's), so that its previous token came when the step began; not with sglang,
+    whose prefill-only steps leave the decoding requests out (R90). ``Worker`` counts R27's
+    ITL gaps per step when it holds, per request when not."""
+
     def initial_ratio(self) -> int | None:
         """R89: a new worker's new-token ratio numerator; ``None`` for a style without one."""
         ...

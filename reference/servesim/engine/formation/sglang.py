@@ -55,6 +55,7 @@ class SglangFormation:
     __slots__ = ("clip", "decay", "initial", "least", "limits")
 
     style = "sglang"
+    decodes_every_step = False  # R90: a prefill-only step leaves them out
 
     def __init__(self, limits: SchedulerLimits) -> None:
         assert limits.sglang is not None, "R88: the sglang style has its options"

@@ -42,6 +42,7 @@ class VllmFormation:
     __slots__ = ("limits",)
 
     style = "vllm"
+    decodes_every_step = True
 
     def __init__(self, limits: SchedulerLimits) -> None:
         self.limits = limits
