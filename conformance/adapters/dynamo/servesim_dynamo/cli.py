@@ -33,8 +33,9 @@ from servesim_dynamo.mapping import (
     limits,
     placement,
     replay_spec,
+    style,
 )
-from servesim_dynamo.pools import with_pools
+from servesim_dynamo.pools import with_pools, with_style
 from servesim_dynamo.ranks import Pass, Placed, match_records, timelines, worker_passes
 from servesim_dynamo.ranks import placed as placed_record
 from servesim_dynamo.report import as_report_5, build_report
@@ -72,18 +73,23 @@ def description() -> dict[str, Any]:
     replay. Scenario 1.4 is (protocol 5, report 6.0, R86): ``fleet.dp_size`` and a fleet of
     alike pools run as Dynamo's attention-DP workers (ranks.py); pools that differ, weights
     that differ, and a profile per pool (``timing.per_pool``, not declared) are refused by
-    name (mapping.fleet_shape). The report is 6.0, its cache members those of a replay
-    without a cache and ``cached_blocks_at_routing`` null (round robin).
+    name (mapping.fleet_shape). Scenario 1.5 is (R96): each style is Dynamo's ``backend`` of
+    the same name (mapping.engine_args), sglang's chunked prefill its ``chunked_prefill_size``
+    (R90: a budget of the whole pass; ``prefill.chunked``, R18's per-request cap, is still not
+    declared, and R69 does not tag sglang cases with it); sglang on workers of several ranks
+    is refused by name. The report is 7.0 (R38: a reader of scenario 1.5 writes 7.0), its
+    cache members those of a replay without a cache, ``cached_blocks_at_routing`` null
+    (round robin).
     """
     return {
         "name": NAME,
         "version": f"ai-dynamo {dynamo_runtime.version()}",
         "protocol_version": 5,
         "schema_versions": {
-            "scenario": ["1.0", "1.3", "1.4"],
+            "scenario": ["1.0", "1.3", "1.4", "1.5"],
             "workload": ["1.0", "1.1", "1.2"],
             "timing_profile": ["1.0", "1.1"],
-            "report": ["6.0"],
+            "report": ["7.0"],
         },
         "features": ["timing.grid"],
     }
@@ -138,10 +144,17 @@ def replay_documents(scenario: Document, workload: Document, profile: Document) 
         by_worker,
         timing,
         None if passes is None else [[(p.start_us, p.end_us) for p in w] for w in passes],
+        style(limits(scenario.value)),
     )
     report_5 = as_report_5(value, requests, scenario.value)
     report_6 = dict(CHAIN.migrate(report_5, "report", "6.0").document)
-    data: bytes = canonical_bytes(with_pools(report_6, fleet, by_worker, passes))
+    report_7 = with_style(
+        dict(
+            CHAIN.migrate(with_pools(report_6, fleet, by_worker, passes), "report", "7.0").document
+        ),
+        style(limits(scenario.value)),
+    )
+    data: bytes = canonical_bytes(report_7)
     return data + b"\n"
 
 

@@ -144,12 +144,19 @@ def check_scenario(scenario: dict[str, Any]) -> None:
             "max_sim_time_ms (documented replay only) records no token times to cut at it "
             "(R62)",
         )
-    prefill = limits(scenario)["prefill"]
-    if prefill["mode"] == "chunked":
+    scheduler = limits(scenario)
+    if scheduler["prefill"]["mode"] == "chunked" and style(scheduler) != "sglang":
         raise Unsupported(
             "prefill.chunked",
             "Dynamo's vLLM-style chunked prefill has no per-request chunk cap "
             "(max_chunk_tokens): a chunk takes all the remaining step budget",
+        )
+    if style(scheduler) == "sglang" and fleet_shape(scenario).dp_size > 1:
+        raise Unsupported(
+            "style.sglang.ranks",
+            "workers of several ranks are read off the documented replay's records, which "
+            "show no prefill pass that emits no token (an sglang chunk that does not end a "
+            "prompt), so their passes cannot be read (ranks.py)",
         )
 
 
@@ -224,22 +231,66 @@ def limits(scenario: dict[str, Any]) -> dict[str, Any]:
     return own
 
 
+def style(scheduler: dict[str, Any]) -> str:
+    """R88: a scheduler's style, ``"vllm"`` when it names none."""
+    named: str = scheduler.get("style", "vllm")
+    return named
+
+
 def engine_args(scenario: dict[str, Any], timing: FixedTiming) -> dict[str, Any]:
-    """Dynamo's engine arguments for one worker (one rank) of the scenario."""
+    """Dynamo's engine arguments for one worker (one rank) of the scenario.
+
+    The style is Dynamo's ``backend`` (R88). Without a servesim cache memory is unlimited
+    (R45), so the engine gets enough blocks that nothing memory-bound ever binds: no vllm
+    preemption (an error if Dynamo preempts anyway, timeline.py), no trtllm reservation
+    refused (R93: every running request's whole footprint fits at once) and no sglang
+    estimate refused (R90: the estimate counts at most every running request's prompt plus
+    its output); a fleet that would need more blocks than ``MAX_GPU_BLOCKS`` is refused
+    under those two styles, where a binding reservation or estimate would pass unseen.
+    """
     scheduler = limits(scenario)
-    context = scheduler["max_num_seqs"] * scheduler["max_model_len"]
-    blocks = min(MAX_GPU_BLOCKS, -(-context // BLOCK_SIZE) + scheduler["max_num_seqs"])
-    return {
-        "backend": "vllm",
+    named = style(scheduler)
+    seats, longest = scheduler["max_num_seqs"], scheduler["max_model_len"]
+    args: dict[str, Any] = {
+        "backend": named,
         "timing_model": timing.as_dynamo(),
-        "max_num_seqs": scheduler["max_num_seqs"],
+        "max_num_seqs": seats,
         "max_num_batched_tokens": scheduler["max_batched_tokens"],
-        "max_model_len": scheduler["max_model_len"],
+        "max_model_len": longest,
         "enable_chunked_prefill": False,
         "enable_prefix_caching": False,
         "block_size": BLOCK_SIZE,
-        "num_gpu_blocks": blocks,
     }
+    if named == "sglang":
+        # R88, R90: B = 1 without a cache; max_chunk_tokens is SGLang's chunked_prefill_size
+        # (a budget of the whole pass) and max_batched_tokens its max_prefill_tokens
+        options = scheduler.get("sglang", {})
+        blocks = 2 * seats * (longest + 1)
+        args.update(
+            block_size=1,
+            enable_chunked_prefill=True,
+            sglang={
+                "schedule_policy": "fifo",  # R92
+                "chunked_prefill_size": scheduler["prefill"]["max_chunk_tokens"],
+                "max_prefill_tokens": scheduler["max_batched_tokens"],
+                "clip_max_new_tokens": options.get("clip_max_new_tokens", 4096),
+                "schedule_conservativeness": options.get("conservativeness_permille", 1000) / 1000,
+            },
+        )
+    else:
+        blocks = -(-seats * longest // BLOCK_SIZE) + seats
+        if named == "trtllm":
+            # R93: GUARANTEED_NO_EVICT, TensorRT-LLM's default capacity policy
+            args["trtllm"] = {"capacity_scheduler_policy": "guaranteed_no_evict"}
+    if named != "vllm" and blocks > MAX_GPU_BLOCKS:
+        raise Unsupported(
+            "kv_cache.unlimited",
+            f"{seats} seats of up to {longest} tokens need {blocks} Dynamo blocks to leave "
+            f"the {named} style's memory rules unbound (R45), more than the adapter asks for "
+            f"({MAX_GPU_BLOCKS})",
+        )
+    args["num_gpu_blocks"] = min(MAX_GPU_BLOCKS, blocks)
+    return args
 
 
 def arrival_order(requests: list[dict[str, Any]]) -> list[int]:

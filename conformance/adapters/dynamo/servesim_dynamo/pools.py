@@ -125,3 +125,16 @@ def _pool_entries(
             }
         )
     return entries
+
+
+def with_style(report: dict[str, Any], style: str) -> dict[str, Any]:
+    """The migrated 7.0 ``report`` with every worker's and every pool's style (R95).
+
+    R96's 6.0 -> 7.0 step writes the vllm style's values; without a cache (the adapter
+    refuses caches, kv.py) the other styles differ from them only by name: no request is
+    retracted (R90: nothing memory-bound binds), nothing is reserved in a cache that does
+    not exist, and the trace is null (Dynamo records no pass membership).
+    """
+    for entry in report["workers"] + report["pools"]:
+        entry["style"] = style
+    return report

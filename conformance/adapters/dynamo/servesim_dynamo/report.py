@@ -52,6 +52,58 @@ def _passes(timelines: list[Timeline], timing: FixedTiming) -> list[tuple[int, i
     return passes
 
 
+def _passes_with_chunks(timelines: list[Timeline], timing: FixedTiming) -> list[tuple[int, int]]:
+    """(start, end) of every pass of one sglang worker, with the passes that emit no token.
+
+    Under the sglang style (R90) a pass that only prefills a chunk which does not end a prompt
+    emits no token, so not every pass end is a token time. Every pass is prefill-only or
+    decode-only, and a worker with work starts its next pass when the last one ends (R16);
+    without work, at the next arrival, which is admitted at once (R90: the first candidate of
+    an idle worker always gets an allotment). So from each pass start the next token time e
+    is either this pass's end (e - start is the prefill part when a first token is at e, the
+    decode part otherwise) or later, and then this pass is a prefill of a chunk alone,
+    lasting the prefill part. Anything else is an error, not a guess.
+    """
+    served = [t for t in timelines if t.status == "completed" and t.token_times_us]
+    arrivals = sorted(t.arrival_us for t in served)
+    lasts = sorted(t.token_times_us[-1] for t in served)
+    firsts = {t.token_times_us[0] for t in served}
+    decodes = {time for t in served for time in t.token_times_us[1:]}
+    ends = sorted(firsts | decodes)
+
+    def working(now: int) -> bool:
+        # a served request that arrived by now and has tokens still to come
+        return bisect.bisect_right(arrivals, now) > bisect.bisect_right(lasts, now)
+
+    def next_arrival(now: int) -> int:
+        return arrivals[bisect.bisect_right(arrivals, now)]
+
+    passes: list[tuple[int, int]] = []
+    index = 0
+    start = arrivals[0] if arrivals else 0
+    while index < len(ends):
+        end = ends[index]
+        if end in firsts and end in decodes:
+            raise DynamoResult(
+                f"the pass ending at {end} us both prefilled and decoded: never under the "
+                "sglang style (R90)"
+            )
+        duration = timing.prefill_us if end in firsts else timing.decode_us
+        if end - start == duration:
+            passes.append((start, end))
+            index += 1
+            start = end if working(end) else next_arrival(end) if index < len(ends) else end
+        elif end - start > duration and start + timing.prefill_us <= end - duration:
+            passes.append((start, start + timing.prefill_us))  # a chunk, no token
+            start += timing.prefill_us
+        else:
+            raise DynamoResult(
+                f"the pass starting at {start} us cannot end at the next token time, {end} us: "
+                "Dynamo's timeline does not fit its fixed model under the sglang style"
+            )
+    return passes
+
+
 def peak_running(timelines: list[Timeline], passes: list[tuple[int, int]]) -> int:
     """R29: the most requests admitted by a pass's start and not completed before its end.
 
@@ -124,9 +176,11 @@ def _worker_entry(
     timing: FixedTiming,
     makespan_us: int,
     passes: list[tuple[int, int]] | None = None,
+    style: str = "vllm",
 ) -> dict[str, Any]:
     if passes is None:
-        passes = _passes(timelines, timing)
+        read = _passes_with_chunks if style == "sglang" else _passes
+        passes = read(timelines, timing)
     busy = sum(end - start for start, end in passes)
     completed = [t for t in timelines if t.status == "completed"]
     outputs = sum(len(t.token_times_us) for t in completed)
@@ -154,10 +208,12 @@ def build_report(
     by_worker: list[list[Timeline]],
     timing: FixedTiming,
     passes: list[list[tuple[int, int]]] | None = None,
+    style: str = "vllm",
 ) -> dict[str, Any]:
     """The report value of a replay: ``requests`` are the workload's, in workload order;
     ``passes`` each worker's (start, end) passes when they are not read off its token times
-    (a worker of several ranks, ranks.py)."""
+    (a worker of several ranks, ranks.py); ``style`` every worker's (R88), which says how
+    passes are read off token times."""
     timelines = {t.id: t for worker in by_worker for t in worker}
     missing = [request["id"] for request in requests if request["id"] not in timelines]
     if missing:
@@ -191,7 +247,12 @@ def build_report(
     workers = []
     for index, worker_timelines in enumerate(by_worker):
         worker = _worker_entry(
-            index, worker_timelines, timing, makespan, None if passes is None else passes[index]
+            index,
+            worker_timelines,
+            timing,
+            makespan,
+            None if passes is None else passes[index],
+            style,
         )
         worker["prefill_tokens"] = sum(
             prompts[t.id] for t in worker_timelines if t.status == "completed"
