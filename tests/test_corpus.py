@@ -87,12 +87,14 @@ def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no
     if case.trace:
         assert "trace" in case.features
     scenario = json.loads((case.folder / "scenario.json").read_bytes())
-    # R77: a pool's own scheduler may chunk where the scenario's does not
+    # R77: a pool's own scheduler may chunk where the scenario's does not; R69: sglang's
+    # chunked mode is R90's pass budget, not R18's chunking, and needs no tag
     schedulers = [scenario["scheduler"]] + [
         pool["scheduler"] for pool in scenario["fleet"].get("pools", []) if "scheduler" in pool
     ]
     assert ("prefill.chunked" in case.features) == any(
-        scheduler["prefill"]["mode"] == "chunked" for scheduler in schedulers
+        scheduler["prefill"]["mode"] == "chunked" and scheduler.get("style") != "sglang"
+        for scheduler in schedulers
     )
     assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
     # R69: the timing tags follow the profiles' models (R87: any pool's); no case names a

@@ -89,11 +89,17 @@ def document_features(scenario: Any, timing_profile: Any) -> frozenset[str]:
     try:
         if scenario["routing"]["policy"] == "random":
             features.add("routing.random")
-        if scenario["scheduler"]["prefill"]["mode"] == "chunked":
+        # R69: every scheduler (R77's pools' own too) that chunks by R18; sglang's chunked
+        # mode is R90's pass budget, had by every reader of scenario 1.5 (R96)
+        pools = scenario["fleet"].get("pools", [])
+        schedulers = [scenario["scheduler"]] + [p["scheduler"] for p in pools if "scheduler" in p]
+        if any(
+            s["prefill"]["mode"] == "chunked" and s.get("style") != "sglang" for s in schedulers
+        ):
             features.add("prefill.chunked")
         if timing_profile["model"]["kind"] in ("grid", "regression"):
             features.add(f"timing.{timing_profile['model']['kind']}")
-    except (KeyError, TypeError):  # an invalid document: the reference refuses it
+    except (KeyError, TypeError, AttributeError):  # an invalid document: the reference refuses it
         pass
     return frozenset(features)
 
