@@ -193,6 +193,8 @@ def build_page(
         "",
         *pools_paragraph(run),
         "",
+        *styles_paragraph(run),
+        "",
         "## Differences found",
         "",
         "Kinds: *different* (Dynamo does it another way by design), *wrong* (Dynamo looks wrong, "
@@ -263,6 +265,42 @@ def pools_paragraph(run: dict[str, Any]) -> list[str]:
         "Dynamo cannot run (synthetic-timing, pools-one-engine), so their fixed-form twins, "
         "hand-derived, are compared in RANKS.md (`ranks_cases.py`, run by `tox -e dynamo` "
         "after this page): Dynamo's reports and the reference's, byte for byte.",
+    ]
+
+
+def styles_paragraph(run: dict[str, Any]) -> list[str]:
+    """What the run says of each scheduler style (scenario 1.5, R88-R96): the outcomes of the
+    corpus's valid cases whose workers all have that style, and where the cases with a cache
+    are compared (STYLES.md)."""
+    outcomes: dict[str, Counter[str]] = {}
+    passed: dict[str, list[str]] = {}
+    for case in run["cases"]:
+        scenario_file = GOLDEN / case["id"] / "scenario.json"
+        if not case["id"].startswith("valid/") or not scenario_file.is_file():
+            continue
+        scenario = json.loads(scenario_file.read_text())
+        pools = scenario["fleet"].get("pools", [])
+        own = [pool["scheduler"] for pool in pools if "scheduler" in pool]
+        used = own if pools and len(own) == len(pools) else [scenario["scheduler"], *own]
+        styles = {scheduler.get("style", "vllm") for scheduler in used}
+        if scenario["schema_version"] != "1.5" or len(styles) != 1:
+            continue
+        style = styles.pop()
+        outcomes.setdefault(style, Counter())[case["outcome"]] += 1
+        if case["outcome"] == "pass":
+            passed.setdefault(style, []).append(case["id"])
+    parts = []
+    for style in ("vllm", "sglang", "trtllm"):
+        counted = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.get(style, Counter()).items()))
+        names = ", ".join(f"`{case}`" for case in passed.get(style, [])) or "none"
+        parts.append(f"{style}: {counted or 'no case'} (passed: {names})")
+    return [
+        "**Scheduler styles (scenario 1.5).** Valid corpus cases of scenario 1.5 whose workers "
+        "all have one style, by style: " + "; ".join(parts) + ". Each style runs as Dynamo's "
+        "`backend` of the same name; the skipped ones are timed by synthetic_linear profiles "
+        "and most have a KV cache, which the adapter refuses (kv-cache). Their fixed-form twins, "
+        "with the cache given to Dynamo's engine, are compared request by request in STYLES.md "
+        "(`style_cases.py`, run by `tox -e dynamo` after this page).",
     ]
 
 
