@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from servesim.contract.canonical import canonical_bytes
-from servesim.contract.migrations import CHAIN as MIGRATIONS
 from servesim_conformance.features import available_features
 from servesim_conformance.implementation import version_problems
 from servesim_conformance.properties import at_current_version
@@ -196,23 +195,115 @@ def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:
         "fixed-pass-session-two-sessions-round-robin",
         "fixed-pass-closed-loop-one-in-flight",
         "fixed-pass-slo-bounds-inclusive",
+        "dynamo-fixed-styles-sglang",
+        "dynamo-fixed-styles-trtllm",
+        "dynamo-fixed-sglang-chunks-share-the-pass",
+        "dynamo-fixed-sglang-no-seat-decodes",
     ],
     ids=lambda case: case,
 )
 def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The adapter writes report 6.0 (R38, R86: it reads scenario 1.4; R52's members from
+    """The adapter writes report 7.0 (R38, R96: it reads scenario 1.5; R52's members from
     Dynamo's admissions, their no-cache values; R57's null under round robin; sessions and the
     closed loop from Dynamo's multi-turn replay; R63's objectives read off the report; the one
-    pool of one-rank workers by the reference's R86 migration), the golden report byte for
-    byte once migrated to 7.0 as the harness migrates it (R72, R96: the vLLM style's values)."""
+    pool of one-rank workers by the reference's R86 migration; each worker's and pool's style
+    after R96's), the golden report byte for byte with its trace null, as the harness compares
+    an implementation without the trace feature (R71). The sglang cases need the passes that
+    emit no token (a chunk that does not end its prompt) read off the timeline."""
     code, report = replay_with_fixture(case, tmp_path, monkeypatch)
     assert code == cli.EXIT_OK
     written = json.loads(report.read_bytes())
-    assert written["schema_version"] == "6.0"
-    current = canonical_bytes(MIGRATIONS.migrate(written).document) + b"\n"
-    assert current == (GOLDEN / case / "expected-report.json").read_bytes()
+    assert written["schema_version"] == "7.0"
+    expected = json.loads((GOLDEN / case / "expected-report.json").read_bytes())
+    expected["trace"] = None
+    assert report.read_bytes() == canonical_bytes(expected) + b"\n"
+
+
+def test_sglang_chunk_pass_without_a_token_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R90: A's first chunk (8 of 10 tokens) ends no prompt and emits no token; the worker's
+    five passes and 1300 us of busy time are read only if that pass is inferred."""
+    code, report = replay_with_fixture(
+        "dynamo-fixed-sglang-chunks-share-the-pass", tmp_path, monkeypatch
+    )
+    assert code == cli.EXIT_OK
+    worker = json.loads(report.read_bytes())["workers"][0]
+    assert (worker["steps"], worker["busy_us"], worker["style"]) == (5, 1300, "sglang")
+
+
+def test_sglang_timeline_that_fits_no_pass_is_an_error() -> None:
+    """A token time that no sequence of prefill-only and decode-only passes reaches is an
+    error, never a guess: A's first token 100 us after its admission, with 300 us passes."""
+    from servesim_dynamo.kv import CacheRecord
+    from servesim_dynamo.report import _passes_with_chunks
+    from servesim_dynamo.timeline import Timeline
+
+    timeline = Timeline("A", 0, 0, "completed", 0, 500, (100, 500), CacheRecord((0,)))
+    with pytest.raises(DynamoResult, match="cannot end at the next token time"):
+        _passes_with_chunks([timeline], FixedTiming(prefill_us=300, decode_us=200))
+
+
+@pytest.mark.parametrize(
+    ("style", "expected"),
+    [
+        ("vllm", {"backend": "vllm", "block_size": 64, "enable_chunked_prefill": False}),
+        (
+            "trtllm",
+            {
+                "backend": "trtllm",
+                "block_size": 64,
+                "trtllm": {"capacity_scheduler_policy": "guaranteed_no_evict"},
+            },
+        ),
+        (
+            "sglang",
+            {
+                "backend": "sglang",
+                "block_size": 1,
+                "enable_chunked_prefill": True,
+                "sglang": {
+                    "schedule_policy": "fifo",
+                    "chunked_prefill_size": 32,
+                    "max_prefill_tokens": 64,
+                    "clip_max_new_tokens": 7,
+                    "schedule_conservativeness": 0.3,
+                },
+            },
+        ),
+    ],
+)
+def test_each_style_is_dynamo_backend_of_the_same_name(
+    style: str, expected: dict[str, Any]
+) -> None:
+    """R88: the style is Dynamo's backend; sglang's chunk budget is chunked_prefill_size, its
+    max_batched_tokens max_prefill_tokens, its options SGLang's (permille as a fraction)."""
+    from servesim_dynamo.mapping import engine_args
+
+    scenario = copy.deepcopy(documents("dynamo-fixed-styles-vllm")["scenario"])
+    scenario["scheduler"]["style"] = style
+    if style == "sglang":
+        scenario["scheduler"]["prefill"] = {"mode": "chunked", "max_chunk_tokens": 32}
+        scenario["scheduler"]["sglang"] = {
+            "clip_max_new_tokens": 7,
+            "conservativeness_permille": 300,
+        }
+    args = engine_args(scenario, FixedTiming(prefill_us=300, decode_us=200))
+    assert {key: args.get(key) for key in expected} == expected
+
+
+def test_unbounded_style_memory_that_needs_too_many_blocks_is_refused() -> None:
+    """R45: without a cache nothing memory-bound may bind; a trtllm reservation or an sglang
+    estimate that a capped block count could bind unseen is refused by name."""
+    from servesim_dynamo.mapping import engine_args
+
+    scenario = copy.deepcopy(documents("dynamo-fixed-styles-trtllm")["scenario"])
+    scenario["scheduler"].update(max_num_seqs=1024, max_model_len=1 << 20)
+    with pytest.raises(Unsupported) as caught:
+        engine_args(scenario, FixedTiming(prefill_us=300, decode_us=200))
+    assert caught.value.feature == "kv_cache.unlimited"
 
 
 def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(
@@ -318,14 +409,14 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     )
 
 
-def test_describe_reads_scenario_1_4_writes_report_6_0_not_scenario_1_1_or_1_2() -> None:
-    """R38, R64, R86: reading workload 1.2 and scenario 1.3 and 1.4 it writes report 6.0;
+def test_describe_reads_scenario_1_5_writes_report_7_0_not_scenario_1_1_or_1_2() -> None:
+    """R38, R64, R96: reading workload 1.2 and scenario 1.3 to 1.5 it writes report 7.0;
     scenario 1.1 only adds kv_cache, which the adapter cannot state, and 1.2 only the
     state-aware policies, which it refuses."""
     versions = cli.description()["schema_versions"]
-    assert versions["report"] == ["6.0"]
+    assert versions["report"] == ["7.0"]
     assert versions["workload"] == ["1.0", "1.1", "1.2"]
-    assert versions["scenario"] == ["1.0", "1.3", "1.4"]
+    assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5"]
     assert version_problems(versions) == []
 
 
