@@ -198,10 +198,12 @@ def replay(command: list[str], folder: Path, name: str) -> tuple[dict[str, Any] 
 
 
 def ranked_twin(case: Path, folder: Path) -> None:
-    """The golden ``case`` with ``fleet.dp_size`` 2 on half its workers (scenario 1.4)."""
+    """The golden ``case`` with ``fleet.dp_size`` 2 on half its workers (scenario 1.4, or 1.5
+    with a style)."""
     scenario = json.loads((case / "scenario.json").read_text())
     workers = scenario["fleet"]["workers"]
-    scenario["schema_version"] = "1.4"
+    # fleet.dp_size is scenario 1.4's (R77); a style keeps its case at 1.5 (R96)
+    scenario["schema_version"] = "1.5" if "style" in scenario["scheduler"] else "1.4"
     scenario["fleet"] = {"workers": max(1, workers // 2), "dp_size": 2}
     (folder / "scenario.json").write_text(json.dumps(scenario, indent=1))
     for name in ("workload.json", "timing-profile.json"):
