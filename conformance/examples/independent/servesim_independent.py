@@ -285,7 +285,8 @@ class Rank:
             self.n_init = min(210000 * pool.cons, Q)
             self.n_min = self.n_init * 14 // 100
             self.n_decay = (self.n_init - self.n_min) // 600
-            assert self.n_init * 14 % 100 == 0 and (self.n_init - self.n_min) % 600 == 0
+            assert self.n_init * 14 % 100 == 0  # R89: all three are integers
+            assert (self.n_init - self.n_min) % 600 == 0
             self.n = self.n_init
 
 
@@ -1118,17 +1119,20 @@ def check_styles(scn):
                 )
             )
             said.add(at)
-        elif isinstance(kv, dict) and is_int(kv.get("block_tokens"), 1, 2**20):
-            if mct % kv["block_tokens"] != 0:
-                probs.append(
-                    (
-                        "scenario",
-                        ptr,
-                        'a multiple of %s kv_cache.block_tokens %d with style "sglang"; got '
-                        "%d (R4, R88)" % (kv_at, kv["block_tokens"], mct),
-                    )
+        elif (
+            isinstance(kv, dict)
+            and is_int(kv.get("block_tokens"), 1, 2**20)
+            and mct % kv["block_tokens"] != 0
+        ):
+            probs.append(
+                (
+                    "scenario",
+                    ptr,
+                    'a multiple of %s kv_cache.block_tokens %d with style "sglang"; got '
+                    "%d (R4, R88)" % (kv_at, kv["block_tokens"], mct),
                 )
-                said.add(at)
+            )
+            said.add(at)
     return probs
 
 
@@ -1662,7 +1666,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         D = len(decode)
         C = sum(r.prompt + len(r.tokens) for r in decode)
         P = sum(a for _, a, _ in allot)
-        assert D + P >= 1 and not (D and P)
+        assert D + P >= 1
+        assert not (D and P)  # R90: never a mixed step
         in_use = None
         if cache is not None:
             cache.check()
