@@ -1,25 +1,27 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11, 12, 13 and 15 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11, 12, 13, 15 and 16 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
 profile, the schema versions it reads, section 11's members with R4's checks of them,
-section 12's routing members, section 13's members with R4's checks of them, and section 15's
-pools with R77's checks and R84's --timing-profile arguments), so the suite's invalid tier
-finds that. By default (or with --report-version 7.0 or 6.0) it reads scenarios 1.0 to 1.4 (1.4: the
-pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time and
-the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0 to 1.2
-(1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and preemption
-of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and regression
-models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and writes
-report 7.0, the current one, with the vLLM style's values (R96: it implements no other style of
-section 16 and reads no scenario 1.5); with --report-version 6.0 report 6.0. With --report-version 5.0 it writes report 5.0 and reads
-scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up to 1.1; with
+section 12's routing members, section 13's members with R4's checks of them, section 15's
+pools with R77's checks and R84's --timing-profile arguments, and section 16's style and
+sglang members with R88's checks), so the suite's invalid tier finds that. By default (or with
+--report-version 7.0) it reads scenarios 1.0 to 1.5 (1.5: the scheduler styles vllm, sglang
+and trtllm of section 16; 1.4: the pools, ranks and weighted round robin of section 15; 1.3:
+the closed loop, the stop time and the objectives of section 13; 1.2: the state-aware routing
+of section 12), workloads 1.0 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV
+cache, prefix caching and preemption of section 11) and timing profiles 1.0 and 1.1 (the
+synthetic_linear, grid and regression models), one for every pool or one per pool
+(--timing-profile POOL=FILE, R84), and writes report 7.0, the current one (R95, R96). With
+--report-version 6.0 it writes report 6.0 and reads scenarios up to 1.4; with 5.0 report 5.0
+and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up to 1.1; with
 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only
 (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside the
 profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
-QUESTIONS-routing.md, QUESTIONS-sessions.md and QUESTIONS-pools.md beside it.
+QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md and QUESTIONS-styles.md beside
+it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -27,6 +29,7 @@ from fractions import Fraction
 import rfc8785
 
 MAX_T = 2**53 - 1
+Q = 300_000_000  # R89: the new-token ratio's fixed denominator
 MASK = 2**64 - 1
 REASONS = [
     "empty_prompt",
@@ -90,6 +93,7 @@ class Req:
         self.reused = 0  # reused_prompt_tokens: h*B at the first admission (R48)
         self.running = False  # in its worker's running list
         self.preemptions = 0
+        self.retractions = 0  # R91, R95: times it was a victim of a retraction (sglang)
         self.cached_at_routing = None  # R57
         self.cut = False  # cut off at the stop time (R62)
 
@@ -121,6 +125,8 @@ class Cache:
         self.held = 0
         self.peak = 0
         self.reused_tokens = self.preemptions = self.evictions = 0
+        self.retractions = 0  # R95: R91's victims on this cache (sglang)
+        self.peak_reserved = 0  # R95: trtllm's held plus reserved blocks, once a step is formed
 
     def free(self):
         return self.untouched + len(self.free_list)
@@ -170,6 +176,10 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
+def footprint(r, B):  # R93: f_r, a request's to-completion blocks
+    return ceil_div(r.prompt + r.max_out, B)
+
+
 # The input versions read with each report version written (R2, R38: reading scenario or
 # workload 1.1 needs report 3.0 or later, reading scenario 1.2 needs report 4.0).
 READS = {
@@ -183,46 +193,14 @@ READS = {
         "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4"],
         "workload": ["1.0", "1.1", "1.2"],
     },
-    # R96: report 7.0 adds section 16's members; this loop implements no style but vLLM's, so
-    # it reads no scenario 1.5 and writes the vLLM style's values
+    # R96: reading scenario 1.5 (scheduler styles, section 16) needs report 7.0
     "7.0": {
-        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4"],
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"],
         "workload": ["1.0", "1.1", "1.2"],
     },
 }
 
 
-def with_vllm_style(report):
-    """R96: a report 6.0's value as report 7.0 (every scheduler here is vLLM's, R88): style
-    "vllm" for each worker and pool; retractions 0 for each request; for each trace entry its
-    kind from its shape, retracted [] and new_token_ratio null; retractions 0 and
-    peak_reserved_blocks null in every cache object of a worker, a rank and a pool; retractions
-    0 in summary.kv_cache when it is not null (R95)."""
-
-    def cache(holder):
-        if holder["kv_cache"] is not None:
-            holder["kv_cache"]["retractions"] = 0
-            holder["kv_cache"]["peak_reserved_blocks"] = None
-
-    for r in report["requests"]:
-        r["retractions"] = 0
-    for w in report["workers"]:
-        w["style"] = "vllm"
-        cache(w)
-        for rank in w["ranks"]:
-            cache(rank)
-    for p in report["pools"]:
-        p["style"] = "vllm"
-        cache(p)
-    if report["summary"]["kv_cache"] is not None:
-        report["summary"]["kv_cache"]["retractions"] = 0
-    for e in report["trace"] or []:
-        d, pt = e["shape"]["decode_requests"], e["shape"]["prefill_tokens"]
-        e["kind"] = "mixed" if d and pt else ("decode" if d else "prefill")
-        e["retracted"] = []
-        e["new_token_ratio"] = None
-    report["schema_version"] = "7.0"
-    return report
 STATE_AWARE = ("least_loaded", "cache_aware")  # section 12
 WEIGHTS = ("prefill_weight", "load_weight")  # R56
 
@@ -244,6 +222,12 @@ class Pool:
         self.weight = weight
         self.limits = limits  # the scheduler it uses: its own or the scenario's
         self.kv = kv  # the kv_cache it uses: its own, the scenario's or None
+        # R88: the style of its limits ("vllm" when absent: a pool's own scheduler does not
+        # inherit the scenario's style), and scheduler.sglang's two knobs with their defaults
+        self.style = limits.get("style", "vllm")
+        sglang = limits.get("sglang", {})
+        self.clip = sglang.get("clip_max_new_tokens", 4096)
+        self.cons = sglang.get("conservativeness_permille", 1000)
         self.tp = self.tp_path = self.tp_raw = self.timer = None  # its timing profile (R84)
 
 
@@ -297,6 +281,13 @@ class Rank:
         if self.cache is not None:
             self.cache.caching = bool(kv["prefix_caching"])
             self.cache.k = H // kv["block_tokens"] if H else None  # R47: blocks per hash
+        if pool.style == "sglang":  # R89, R94: each rank's own new-token ratio n / Q
+            self.n_init = min(210000 * pool.cons, Q)
+            self.n_min = self.n_init * 14 // 100
+            self.n_decay = (self.n_init - self.n_min) // 600
+            assert self.n_init * 14 % 100 == 0  # R89: all three are integers
+            assert (self.n_init - self.n_min) % 600 == 0
+            self.n = self.n_init
 
 
 class Worker:
@@ -312,6 +303,7 @@ class Worker:
         self.sched_pending = False
         self.steps = self.busy_us = 0  # its passes and their durations (R85)
         self.peak_running = self.peak_waiting = self.peak_blocks = 0  # totals over ranks (R85)
+        self.peak_reserved = 0  # R95: trtllm's held plus reserved blocks, totalled over ranks
         self.inflight = None  # the pass in flight: (start, end, [rank with a step, ...])
         self.rotation = 0  # R80: requests the policy placed here so far
         self.current = 0  # R81: the current weight
@@ -545,7 +537,7 @@ def check_routing(scn):
     policy = routing.get("policy")
     version = scn.get("schema_version")
     if policy == "weighted_round_robin":  # R81: scenario 1.4, no other member
-        if version != "1.4":
+        if version not in ("1.4", "1.5"):
             probs.append(
                 (
                     "scenario",
@@ -645,7 +637,7 @@ def check_pools(scn, wl):
     fleet = scn.get("fleet")
     if not isinstance(fleet, dict):
         return probs
-    v14 = scn.get("schema_version") == "1.4"
+    v14 = scn.get("schema_version") in ("1.4", "1.5")
     policy = scn.get("routing", {}).get("policy") if isinstance(scn.get("routing"), dict) else None
     if "dp_size" in fleet:
         if not v14:
@@ -796,7 +788,7 @@ def check_sessions(scn, wl):
     sv, wv = scn.get("schema_version"), wl.get("schema_version")
     # scenario: closed_loop (R61), stop_at_us (R62), slo (R63), each needing 1.3 (R64)
     for m in ("closed_loop", "stop_at_us", "slo"):
-        if m in scn and sv not in ("1.3", "1.4"):
+        if m in scn and sv not in ("1.3", "1.4", "1.5"):
             probs.append(
                 (
                     "scenario",
@@ -804,7 +796,7 @@ def check_sessions(scn, wl):
                     'no %s in a scenario %s: it needs schema_version "1.3" (R64)' % (m, sv),
                 )
             )
-    if sv in ("1.3", "1.4"):
+    if sv in ("1.3", "1.4", "1.5"):
         if "closed_loop" in scn:
             cl = scn["closed_loop"]
             if not isinstance(cl, dict):
@@ -977,7 +969,12 @@ def check_sessions(scn, wl):
     stop = scn.get("stop_at_us")
     arrivals = [r.get("arrival_us") for r in reqs if isinstance(r, dict)]
     arrivals = [a for a in arrivals if type(a) is int]
-    if sv in ("1.3", "1.4") and is_int(stop, 1, MAX_T) and arrivals and stop <= min(arrivals):
+    if (
+        sv in ("1.3", "1.4", "1.5")
+        and is_int(stop, 1, MAX_T)
+        and arrivals
+        and stop <= min(arrivals)
+    ):
         probs.append(
             (
                 "scenario",
@@ -986,6 +983,156 @@ def check_sessions(scn, wl):
                 "(R4, R62)" % (min(arrivals), stop),
             )
         )
+    return probs
+
+
+STYLES = ("vllm", "sglang", "trtllm")  # R88
+
+
+def check_styles(scn):
+    """The checks of section 16's members (R2, R3, R4, R88, R96): a list of (role, pointer,
+    expected). Each scheduler object (the scenario's and every pool's own) is checked for
+    style and sglang; R88's two agreements of R4 are checked against the limits every pool
+    uses, with its cache, once per scheduler object (README.md, QUESTIONS-styles.md)."""
+    probs = []
+    v15 = scn.get("schema_version") == "1.5"
+    fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
+    pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
+    places = [("/scheduler", scn.get("scheduler"))]
+    for i, p in enumerate(pools):
+        if isinstance(p, dict) and "scheduler" in p:
+            places.append(("/fleet/pools/%d/scheduler" % i, p["scheduler"]))
+    broken = set()  # scheduler pointers whose style members are broken
+    for at, sch in places:
+        if not isinstance(sch, dict):
+            continue
+        if not v15:
+            for m in ("style", "sglang"):
+                if m in sch:
+                    probs.append(
+                        (
+                            "scenario",
+                            at + "/" + m,
+                            'no %s in a scenario %s: it needs schema_version "1.5" (R96)'
+                            % (m, scn.get("schema_version")),
+                        )
+                    )
+                    broken.add(at)
+            continue
+        style = sch.get("style", "vllm")
+        if style not in STYLES:
+            probs.append(
+                (
+                    "scenario",
+                    at + "/style",
+                    '"vllm", "sglang" or "trtllm" (R88); got %s' % json.dumps(style),
+                )
+            )
+            broken.add(at)
+            continue
+        if "sglang" in sch:
+            if style != "sglang":
+                probs.append(
+                    (
+                        "scenario",
+                        at + ("/style" if "style" in sch else ""),
+                        'style "sglang" for the options %s/sglang (R88); the style is %s'
+                        % (at, json.dumps(style) if "style" in sch else 'absent ("vllm")'),
+                    )
+                )
+                broken.add(at)
+            opts = sch["sglang"]
+            if not isinstance(opts, dict):
+                probs.append(
+                    (
+                        "scenario",
+                        at + "/sglang",
+                        "an object {clip_max_new_tokens, conservativeness_permille} (R88)",
+                    )
+                )
+                broken.add(at)
+            else:
+                for m in sorted(opts):
+                    ptr = at + "/sglang/" + pointer_token(m)
+                    if m == "clip_max_new_tokens":
+                        if not is_int(opts[m], 1, 2**32 - 1):
+                            probs.append(("scenario", ptr, "an integer 1 to 2^32-1 (R88)"))
+                            broken.add(at)
+                    elif m == "conservativeness_permille":
+                        if not is_int(opts[m], 1, 10000):
+                            probs.append(("scenario", ptr, "an integer 1 to 10000 (R88)"))
+                            broken.add(at)
+                    else:
+                        probs.append(("scenario", ptr, "no such member (R3)"))
+                        broken.add(at)
+        if style == "sglang":
+            pre = sch.get("prefill")
+            if isinstance(pre, dict) and pre.get("mode") != "chunked":
+                probs.append(
+                    (
+                        "scenario",
+                        at + "/prefill/mode",
+                        '"chunked" with style "sglang" (R88); got %s' % json.dumps(pre.get("mode")),
+                    )
+                )
+                broken.add(at)
+    if probs:
+        return probs
+    # R88's agreements (R4), for each pool whose limits have style "sglang", against its
+    # limits and its cache, reported once at the limits' pointer
+    uses = []  # (pointer of the limits, limits, the pool's cache, where that cache is)
+    if "pools" in fleet:
+        for i, p in enumerate(pools):
+            if not isinstance(p, dict):
+                continue
+            if "scheduler" in p:
+                at, sch = "/fleet/pools/%d/scheduler" % i, p["scheduler"]
+            else:
+                at, sch = "/scheduler", scn.get("scheduler")
+            if "kv_cache" in p:
+                kv, kv_at = (
+                    p["kv_cache"],
+                    "pool %s's (at /fleet/pools/%d/kv_cache)" % (p.get("name"), i),
+                )
+            else:
+                kv, kv_at = scn.get("kv_cache"), "the scenario's"
+            uses.append((at, sch, kv, kv_at))
+    else:
+        uses.append(("/scheduler", scn.get("scheduler"), scn.get("kv_cache"), "the scenario's"))
+    said = set()
+    for at, sch, kv, kv_at in uses:
+        if at in said or not isinstance(sch, dict) or sch.get("style") != "sglang":
+            continue
+        pre = sch.get("prefill")
+        mct = pre.get("max_chunk_tokens") if isinstance(pre, dict) else None
+        mbt = sch.get("max_batched_tokens")
+        if type(mct) is not int:
+            continue
+        ptr = at + "/prefill/max_chunk_tokens"
+        if type(mbt) is int and mct > mbt:
+            probs.append(
+                (
+                    "scenario",
+                    ptr,
+                    'at most max_batched_tokens %d with style "sglang"; got %d (R4, R88)'
+                    % (mbt, mct),
+                )
+            )
+            said.add(at)
+        elif (
+            isinstance(kv, dict)
+            and is_int(kv.get("block_tokens"), 1, 2**20)
+            and mct % kv["block_tokens"] != 0
+        ):
+            probs.append(
+                (
+                    "scenario",
+                    ptr,
+                    'a multiple of %s kv_cache.block_tokens %d with style "sglang"; got '
+                    "%d (R4, R88)" % (kv_at, kv["block_tokens"], mct),
+                )
+            )
+            said.add(at)
     return probs
 
 
@@ -1166,6 +1313,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
 
     routed_count = [0]
     trace = []
+    rv = int(report_version.split(".")[0])  # the report's major version
 
     def maybe_schedule(w, now):  # R16, R83: an idle worker with work on any rank
         has_work = any(rk.running or rk.waiting for rk in w.ranks)
@@ -1266,6 +1414,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         """Sections 5 and 11 for one rank, with its own queues, its pool's limits and its own
         cache (R78, R83). Returns (decode, allot, preempted, shape, blocks in use)."""
         lim = rk.pool.limits
+        if rk.pool.style == "sglang":
+            return form_sglang(rk, now)
+        trtllm = rk.pool.style == "trtllm"  # R93: the vLLM step, one admission condition apart
         max_seqs = lim["max_num_seqs"]
         mode = lim["prefill"]["mode"]
         mct = lim["prefill"].get("max_chunk_tokens")
@@ -1281,6 +1432,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 continue  # preempted by an earlier request, or in Prefill
             if cache is not None and not obtain(rk, r, r.cached + 1, given, preempted):
                 continue
+            assert not (trtllm and preempted), "R93: trtllm never preempts"
             decode.append(r)
             given.add(r)
             budget -= 1
@@ -1295,6 +1447,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             a = min(rem, mct, budget) if mode == "chunked" else min(rem, budget)
             if cache is not None and not obtain(rk, r, r.cached + a, given, preempted):
                 continue
+            assert not (trtllm and preempted), "R93: trtllm never preempts"
             allot.append((r, a, r.cached))
             given.add(r)
             budget -= a
@@ -1325,9 +1478,16 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 break
             if cache is not None:
                 need = ceil_div(h * B + a, B) - h
-                own_cached = sum(1 for b in hits if b.holders == 0)
-                if need > cache.free() + len(cache.cached) - own_cached:
-                    break
+                if trtllm:  # R93: the whole footprint against the available blocks
+                    held_hits = sum(1 for b in hits if b.holders > 0)  # a: credited
+                    if footprint(hd, B) - held_hits > cache.free() + len(cache.cached) - sum(
+                        footprint(x, B) - len(x.blocks) for x in rk.running
+                    ):
+                        break
+                else:
+                    own_cached = sum(1 for b in hits if b.holders == 0)
+                    if need > cache.free() + len(cache.cached) - own_cached:
+                        break
             rk.waiting.pop(0)
             hd.target = L
             hd.cached = 0
@@ -1338,7 +1498,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 for _ in range(need):
                     hd.blocks.append(cache.take())
                 hd.cached = h * B
-                if hd.preemptions == 0:
+                if hd.preemptions == 0 and hd.retractions == 0:  # its first admission
                     hd.reused = h * B
                 cache.reused_tokens += h * B
             rk.running.append(hd)
@@ -1360,7 +1520,162 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             cache.peak = max(cache.peak, in_use)
             for r in rk.running:  # R21: a running request holds the blocks of its cached tokens
                 assert len(r.blocks) == ceil_div(r.cached, B)
-        return decode, allot, preempted, (D, C, P), in_use
+            if trtllm:  # R95: held plus every running request's reservation, once formed
+                reserved = reserved_blocks(rk)
+                assert reserved <= cache.size  # R93
+                cache.peak_reserved = max(cache.peak_reserved, reserved)
+        return decode, allot, preempted, (D, C, P), in_use, [], None
+
+    def reserved_blocks(rk):  # R93: held + the sum over running requests of f_r - h_r
+        B = rk.cache.B
+        return rk.cache.held + sum(footprint(r, B) - len(r.blocks) for r in rk.running)
+
+    def retract(rk, v, retracted):  # R91, the victim's actions in order
+        rk.running.remove(v)
+        v.running = False
+        rk.cache.release(v)  # R46: registered blocks become cached, the others free
+        v.cached = 0
+        v.target = v.prompt + len(v.tokens)
+        rk.waiting.append(v)  # at the tail of its own rank's queue
+        note_waiting(rk)  # a join of the queue for peak_waiting (R29)
+        v.retractions += 1
+        rk.cache.retractions += 1
+        retracted.append(v.id)
+
+    def form_sglang(rk, now):
+        """R90 (with R89's ratio and R91's retraction) for one rank of style "sglang". Returns
+        what form_step returns: (decode, allot, [], shape, blocks in use, retracted, n used)."""
+        pool = rk.pool
+        lim = pool.limits
+        cache = rk.cache
+        B = cache.B if cache is not None else 1  # section 16.1: without a cache, B = 1
+        n = rk.n  # the value when the step starts to be formed (R89)
+        decoding = [r for r in rk.running if r.decoding]
+        chunked = [r for r in rk.running if not r.decoding]  # the chunked request, if any
+        assert len(chunked) <= 1
+        clip = pool.clip
+        M = sum(min(r.max_out - len(r.tokens), clip) for r in decoding)
+        # rule 1: prefill admission
+        seats = lim["max_num_seqs"] - len(decoding)
+        rem_chunk = lim["prefill"]["max_chunk_tokens"]
+        spent = 0
+        T = (cache.free() + len(cache.cached)) * B if cache is not None else None  # once
+        allot = []  # (request, allotment, cached tokens before)
+        candidates_left = list(chunked)  # the chunked request first, then the queue's head
+        while len(allot) < seats:
+            if candidates_left:
+                x = candidates_left.pop()
+                fresh = False
+            elif rk.waiting:
+                x = rk.waiting[0]
+                fresh = True
+            else:
+                break
+            L = x.prompt + len(x.tokens)
+            hits = []
+            if not fresh:  # 1.1: the chunked request starts at its cached tokens
+                start = x.cached
+                assert start % B == 0
+            else:  # 1.1: offered admission, its hit by R48 (at most floor((L - 1) / B) blocks)
+                if cache is not None:
+                    while len(hits) < (L - 1) // B:
+                        ident = identity(x, len(hits), cache)
+                        if ident is None or ident not in cache.registry:
+                            break
+                        hits.append(cache.registry[ident])
+                start = len(hits) * B
+            extend = L - start  # 1.2
+            assert extend >= 1
+            if ceil_div(extend, B) * B <= rem_chunk:  # 1.3
+                chunk = extend
+            else:
+                chunk = rem_chunk // B * B
+                if chunk == 0:
+                    break
+            charged = ceil_div(chunk, B) * B  # 1.4
+            reserve = min(x.max_out - len(x.tokens), clip) if chunk == extend else 0
+            if cache is not None:
+                # 1.5: the estimate, multiplied through by Q (exact integers)
+                if (spent + charged + reserve) * Q + n * M >= T * Q:
+                    break
+                # 1.6: the blocks, beside x's own cached hit blocks
+                e = sum(1 for b in hits if b.holders == 0)
+                if charged // B > cache.free() + len(cache.cached) - e:
+                    break
+            if fresh:  # admitted: it leaves the waiting queue and joins the running list
+                rk.waiting.pop(0)
+                x.target = L
+                x.cached = 0
+                if cache is not None:
+                    for b in hits:
+                        cache.hold(b)
+                    x.blocks = list(hits)
+                    x.cached = start
+                    if x.preemptions == 0 and x.retractions == 0:  # its first admission (R48)
+                        x.reused = start
+                    cache.reused_tokens += start
+                rk.running.append(x)
+                x.running = True
+                if x.first_sched is None:
+                    x.first_sched = now
+            if cache is not None:
+                for _ in range(charged // B):
+                    x.blocks.append(cache.take())
+            allot.append((x, chunk, x.cached))  # 1.7
+            x.cached += chunk
+            spent += charged + reserve
+            rem_chunk -= charged
+            if chunk < extend:  # x is (or stays) the chunked request
+                break
+        retracted = []
+        decode = []
+        if allot:  # rule 2: a prefill-only step; n does not change
+            pass
+        elif decoding:  # rule 3: a decode-only step
+            if cache is not None:
+
+                def need():
+                    return sum(ceil_div(r.cached + 1, B) - ceil_div(r.cached, B) for r in decoding)
+
+                while need() > cache.free() + len(cache.cached):
+                    if len(decoding) >= 2:  # R91.1: fewest produced, most prompt, latest
+                        pos = {id(r): i for i, r in enumerate(rk.running)}
+                        victim = min(
+                            decoding, key=lambda r: (len(r.tokens), -r.prompt, -pos[id(r)])
+                        )
+                        decoding.remove(victim)
+                    else:  # R91.2: the chunked request; R91.3 says one remains
+                        victim = next(r for r in rk.running if not r.decoding)
+                    retract(rk, victim, retracted)
+                for r in decoding:  # in running order, R49's rule without preemption
+                    for _ in range(ceil_div(r.cached + 1, B) - ceil_div(r.cached, B)):
+                        r.blocks.append(cache.take())
+            decode = decoding
+            if retracted:  # R89.2: re-estimate over the k requests that remain
+                k = len(decoding)
+                dec = sum(len(r.tokens) for r in decoding)
+                mx = sum(r.max_out for r in decoding)
+                rk.n = min(Q, ceil_div(Q * (dec + 20 * k), mx + 1))
+            else:  # R89.1: decay
+                rk.n = max(rk.n - rk.n_decay, rk.n_min)
+        else:  # rule 4: no step; R90 proves it never happens to a rank with work
+            raise AssertionError("R90: a rank with work formed no step")
+        for r in decode:
+            r.cached += 1  # R46
+        rk.peak_running = max(rk.peak_running, len(rk.running))
+        D = len(decode)
+        C = sum(r.prompt + len(r.tokens) for r in decode)
+        P = sum(a for _, a, _ in allot)
+        assert D + P >= 1
+        assert not (D and P)  # R90: never a mixed step
+        in_use = None
+        if cache is not None:
+            cache.check()
+            in_use = cache.held
+            cache.peak = max(cache.peak, in_use)
+            for r in rk.running:
+                assert len(r.blocks) == ceil_div(r.cached, B)
+        return decode, allot, [], (D, C, P), in_use, retracted, n
 
     def start_pass(w, now):
         """R83: every rank with work forms its step now, in rank order; the pass ends at the
@@ -1373,6 +1688,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         w.peak_running = max(w.peak_running, sum(len(rk.running) for rk in w.ranks))
         if w.pool.kv is not None:
             w.peak_blocks = max(w.peak_blocks, sum(rk.cache.held for rk in w.ranks))
+            if w.pool.style == "trtllm":  # R95: the total over its ranks once a pass is formed
+                w.peak_reserved = max(w.peak_reserved, sum(reserved_blocks(rk) for rk in w.ranks))
         p = w.pool
         durations = []
         for rk, st in formed:  # R43: coverage first, the first uncovered step in rank order
@@ -1387,7 +1704,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         w.steps += 1
         w.busy_us += end - now  # a pass cut by the stop time gives back what lies after it
         w.inflight = (now, end, [rk for rk, _ in formed])
-        for (rk, (decode, allot, preempted, shape, in_use)), d in zip(formed, durations):
+        for (rk, (decode, allot, preempted, shape, in_use, retracted, n)), d in zip(
+            formed, durations
+        ):
             rk.steps += 1
             rk.busy_us += d
             rk.step = (decode, allot, d)
@@ -1406,12 +1725,17 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                         "prefill_tokens": shape[2],
                     },
                 }
-                if report_version in ("3.0", "4.0", "5.0", "6.0"):
+                if rv >= 3:  # R52
                     entry["kv_blocks_in_use"] = in_use
                     entry["preempted"] = preempted
-                if report_version == "6.0":
+                if rv >= 6:  # R85
                     entry["rank"] = rk.q
                     entry["duration_us"] = d
+                if rv >= 7:  # R95
+                    D, P = shape[0], shape[2]
+                    entry["kind"] = "mixed" if D and P else ("decode" if D else "prefill")
+                    entry["retracted"] = retracted
+                    entry["new_token_ratio"] = None if n is None else q(n, Q)
                 trace.append(entry)
         push(end, 0, w)
 
@@ -1473,6 +1797,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         done = []
         for rk in ranks:
             done += end_step(rk, now)
+            if rk.pool.style == "sglang" and not rk.running and not rk.waiting:
+                rk.n = rk.n_init  # R89.3, R94: the rank is left without work
         w.busy = False
         maybe_schedule(w, now)
         for r in done:  # R59, R61: what a completion releases arrives as an event of now
@@ -1495,7 +1821,11 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 return REASONS[3]
         for p in pools:
             kv = p.kv
-            if kv and r.prompt + r.max_out > kv["blocks"] * kv["block_tokens"]:
+            if not kv:
+                continue
+            B = kv["block_tokens"]
+            slack = B if p.style == "sglang" else 0  # R90: a page of slack with sglang
+            if r.prompt + r.max_out + slack > kv["blocks"] * B:
                 return REASONS[4]
         return None
 
@@ -1586,10 +1916,12 @@ def tpot_stats(completed):
 
 
 def build_report(reqs, workers, pools, trace, report_version, slo=None):
-    v3 = report_version in ("3.0", "4.0", "5.0", "6.0")  # R52's members
-    v4 = report_version in ("4.0", "5.0", "6.0")  # R57's member
-    v5 = report_version in ("5.0", "6.0")  # R64's members
-    v6 = report_version == "6.0"  # R85's members
+    rv = int(report_version.split(".")[0])
+    v3 = rv >= 3  # R52's members
+    v4 = rv >= 4  # R57's member
+    v5 = rv >= 5  # R64's members
+    v6 = rv >= 6  # R85's members
+    v7 = rv >= 7  # R95's members
     # R64: the earliest arrival of a request that arrived; the latest terminal time of all
     first_arrival = min(r.arrival for r in reqs if r.arrival is not None)
     makespan = max(r.done_t for r in reqs) - first_arrival
@@ -1668,6 +2000,8 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
         if v6:  # R85: the pool of its worker and the rank it joined, null when not routed
             e["pool"] = None if e["worker"] is None else workers[r.worker].pool.name
             e["rank"] = None if e["worker"] is None else r.rank
+        if v7:  # R95: R91's retractions (R52's preemptions stay R49's)
+            e["retractions"] = r.retractions
         req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
     prompt_tokens = sum(r.prompt for r in completed)
@@ -1716,14 +2050,20 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
                 "preemptions": sum(c.preemptions for c in caches),
                 "evictions": sum(c.evictions for c in caches),
             }
+            if v7:  # R95: the sum over workers
+                summary["kv_cache"]["retractions"] = sum(c.retractions for c in caches)
 
-    def cache_figures(peak, cs):  # R52's per-worker figures over the caches cs
-        return {
+    def cache_figures(peak, cs, style, peak_reserved):  # R52's figures over the caches cs
+        out = {
             "peak_blocks_in_use": peak,
             "reused_tokens": sum(c.reused_tokens for c in cs),
             "preemptions": sum(c.preemptions for c in cs),
             "evictions": sum(c.evictions for c in cs),
         }
+        if v7:  # R95: peak_reserved_blocks only with trtllm
+            out["retractions"] = sum(c.retractions for c in cs)
+            out["peak_reserved_blocks"] = peak_reserved if style == "trtllm" else None
+        return out
 
     wout = []
     for w in workers:
@@ -1744,7 +2084,9 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
         if v3:
             has_cache = w.pool.kv is not None
             e["kv_cache"] = (
-                cache_figures(w.peak_blocks, [rk.cache for rk in rs]) if has_cache else None
+                cache_figures(w.peak_blocks, [rk.cache for rk in rs], w.pool.style, w.peak_reserved)
+                if has_cache
+                else None
             )
         if v6:  # R85
             e["pool"] = w.pool.name
@@ -1764,10 +2106,14 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
                     "output_tokens": rk.output_tokens,
                     "kv_cache": None
                     if rk.cache is None
-                    else cache_figures(rk.cache.peak, [rk.cache]),
+                    else cache_figures(
+                        rk.cache.peak, [rk.cache], w.pool.style, rk.cache.peak_reserved
+                    ),
                 }
                 for rk in rs
             ]
+        if v7:  # R95
+            e["style"] = w.pool.style
         wout.append(e)
     pout = None
     if v6:  # R85: one entry per pool, in pool order
@@ -1786,6 +2132,13 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
                     "preemptions": sum(e["kv_cache"]["preemptions"] for e in mine),
                     "evictions": sum(e["kv_cache"]["evictions"] for e in mine),
                 }
+                if v7:  # R95: the sum of its workers' retractions, the largest of their peaks
+                    kv["retractions"] = sum(e["kv_cache"]["retractions"] for e in mine)
+                    kv["peak_reserved_blocks"] = (
+                        max(e["kv_cache"]["peak_reserved_blocks"] for e in mine)
+                        if p.style == "trtllm"
+                        else None
+                    )
             pout.append(
                 {
                     "name": p.name,
@@ -1803,6 +2156,8 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
                     "kv_cache": kv,
                 }
             )
+            if v7:  # R95
+                pout[-1]["style"] = p.style
     if trace is not None:
         # R85: in order of (start_us, worker, rank); the sort is stable, and a worker's steps
         # of one pass are appended in rank order
@@ -1846,10 +2201,11 @@ def main(argv=None):
         "--report-version",
         choices=sorted(READS),
         default="7.0",
-        help="report 7.0 (the default, R31, R96: the vLLM style's values; reads scenario 1.0 to "
-        "1.4 and workload 1.0 to 1.2), 6.0 (R86; reads the same), 5.0 (reads scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario "
-        "1.0 to 1.2 and workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or "
-        "2.0 (reads them at 1.0 only, R2, R38)",
+        help="report 7.0 (the default, R31, R96; reads scenario 1.0 to 1.5 and workload 1.0 "
+        "to 1.2), 6.0 (R86; reads scenario 1.0 to 1.4 and workload 1.0 to 1.2), 5.0 (reads "
+        "scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario 1.0 to 1.2 and "
+        "workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or 2.0 (reads "
+        "them at 1.0 only, R2, R38)",
     )
     a = ap.parse_args(argv)
     reads = READS[a.report_version]
@@ -1858,7 +2214,7 @@ def main(argv=None):
             json.dumps(
                 {
                     "name": "servesim-independent",
-                    "version": "0.6.0",
+                    "version": "0.7.0",
                     "protocol_version": 5,
                     "schema_versions": {
                         "scenario": reads["scenario"],
@@ -1891,6 +2247,7 @@ def main(argv=None):
         problems += check_pools(docs["scenario"], docs["workload"])
         problems += check_routing(docs["scenario"])
         problems += check_sessions(docs["scenario"], docs["workload"])
+        problems += check_styles(docs["scenario"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
@@ -1925,8 +2282,7 @@ def main(argv=None):
         p.tp_raw, p.tp = files[path]
         p.tp_path = path
         p.timer = make_timer(p.tp)
-    # R96: report 7.0 is 6.0's value with the vLLM style's members (``with_vllm_style``)
-    version = "6.0" if a.report_version == "7.0" else a.report_version
+    version = a.report_version
     try:
         summary, wout, rout, trace, pout = simulate(
             docs["scenario"], docs["workload"], pools, a.trace, version
@@ -1947,7 +2303,7 @@ def main(argv=None):
 
     # R85: the single form's identity, null when profiles are named per pool
     inputs["timing_profile"] = profile_identity(pools[0]) if single is not None else None
-    if version == "6.0":
+    if version in ("6.0", "7.0"):
         inputs["timing_profiles"] = [dict(pool=p.name, **profile_identity(p)) for p in pools]
     report = {
         "document": "report",
@@ -1960,8 +2316,6 @@ def main(argv=None):
     }
     if pout is not None:
         report["pools"] = pout
-    if a.report_version == "7.0":
-        report = with_vllm_style(report)
     data = rfc8785.dumps(report) + b"\n"
     d = os.path.dirname(os.path.abspath(a.output))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".cleanroom-")
