@@ -7,7 +7,7 @@ writes MOONCAKE-STYLES.md.
 Each style (R88) replays the trace on 16 workers, round robin, with mooncake.py's limits and
 fixed-form timing (30 ms per pass that prefills, 20 ms per pass that decodes), engine blocks of
 64 tokens, prefix caching off, and for each ``--blocks`` value that many blocks per worker
-(default: 262,144, which nothing fills, and 2,048, where requests are preempted or retracted).
+(default: 262,144, which nothing fills, and 2,048 and 1,024, where the cache binds).
 vllm and trtllm prefill whole prompts; sglang chunks with SGLang's default
 ``chunked_prefill_size`` 8,192 (R88: sglang always chunks). The reference replays the workload
 ``servesim import mooncake`` makes with a scenario 1.5 cache; Dynamo replays the trace file
@@ -21,7 +21,9 @@ slack, trtllm-footprint-last-token, and KVCACHE.md's for the vllm style's preemp
 here as requests whose times differ. Per style and cache: requests completed and rejected,
 readmissions (R49's preemptions plus R91's retractions), the requests whose first token and
 whose last token come at the same microsecond on both sides, and TTFT and end-to-end latency
-statistics of each.
+statistics of each. A Dynamo replay that has not ended after ``--timeout`` seconds is killed
+and its row says so, as does the row of one that fails (its log, which grows by gigabytes a
+minute when its sglang scheduler spins, goes to a temporary file, never into memory).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -44,7 +47,7 @@ from servesim_dynamo.mapping import FixedTiming, engine_args
 
 HERE = Path(__file__).resolve().parent
 STYLES = ("vllm", "sglang", "trtllm")
-DEFAULT_BLOCKS = (262_144, 2_048)
+DEFAULT_BLOCKS = (262_144, 2_048, 1_024)
 SGLANG_CHUNK = 8_192
 DEFAULT_OUTPUT = HERE / "MOONCAKE-STYLES.md"
 
@@ -61,11 +64,8 @@ def style_scenario(style: str, blocks: int) -> dict[str, Any]:
 
 def dynamo_engine(style: str, blocks: int) -> dict[str, Any]:
     """The adapter's engine arguments for the style, with the cache as Dynamo's."""
-    args = engine_args(
-        style_scenario(style, blocks), FixedTiming(mooncake.PREFILL_US, mooncake.DECODE_US)
-    )
-    args.update(block_size=ENGINE_BLOCK_TOKENS, num_gpu_blocks=blocks, enable_prefix_caching=False)
-    return args
+    timing = FixedTiming(mooncake.PREFILL_US, mooncake.DECODE_US)
+    return engine_args(style_scenario(style, blocks), timing)
 
 
 def run_dynamo(trace: Path, style: str, blocks: int, output: Path) -> None:
@@ -95,7 +95,8 @@ def stats(values: list[int]) -> str:
     def rank(p: int) -> int:
         return ordered[max(0, -(-p * len(ordered) // 100) - 1)]
 
-    return f"{sum(ordered) / len(ordered) / 1000:,.0f} / {rank(50) / 1000:,.0f} / {rank(99) / 1000:,.0f}"
+    figures = (sum(ordered) / len(ordered), rank(50), rank(99))
+    return " / ".join(f"{figure / 1000:,.0f}" for figure in figures)
 
 
 def compare(
@@ -138,117 +139,180 @@ def compare(
         f"{kv['preemptions'] + kv['retractions']:,} / {dyn_readmit:,}",
         f"{same_first:,}",
         f"{same_last:,}",
-        f"{stats(ref_ttft)} / {stats(dyn_ttft)}",
-        f"{stats(ref_e2e)} / {stats(dyn_e2e)}",
+        stats(ref_ttft),
+        stats(dyn_ttft),
+        stats(ref_e2e),
+        stats(dyn_e2e),
     ]
 
 
-def timed(command: list[str]) -> float:
+def unfinished(reference: dict[str, Any], missing: str) -> list[str]:
+    """The cells of a row whose Dynamo replay gave no records: the reference's side only."""
+    summary = reference["summary"]
+    kv = summary["kv_cache"]
+    ttft = [entry["ttft_us"] for entry in reference["requests"] if entry["outcome"] == "completed"]
+    e2e = [entry["e2e_us"] for entry in reference["requests"] if entry["outcome"] == "completed"]
+    return [
+        f"{summary['completed']:,} / {missing}",
+        f"{kv['preemptions'] + kv['retractions']:,} / -",
+        "-",
+        "-",
+        stats(ttft),
+        "-",
+        stats(e2e),
+        "-",
+    ]
+
+
+class Failed(Exception):
+    """A replay that exited with an error; the message is the last line of its log."""
+
+
+def timed(command: list[str], log: TextIO, timeout: float | None = None) -> float | None:
+    """Seconds the command took, or None if it was killed after ``timeout`` seconds.
+
+    Its output goes to ``log`` (a file): a spinning replay can log gigabytes.
+    """
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    env = {**os.environ, "DYN_LOG": os.environ.get("DYN_LOG", "error")}
+    log.seek(0)
+    log.truncate()
+    try:
+        done = subprocess.run(command, stdout=log, stderr=log, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
     if done.returncode:
-        raise SystemExit(
-            f"{' '.join(command[:3])} ... failed ({done.returncode}): {done.stderr[-500:]}"
-        )
+        log.seek(0, os.SEEK_END)
+        log.seek(max(0, log.tell() - 2000))
+        lines = [line for line in log.read().splitlines() if line.strip()]
+        raise Failed(lines[-1] if lines else f"exit code {done.returncode}")
     return time.perf_counter() - started
 
 
-def main() -> int:
+HEADER = (
+    "| style | blocks per worker | completed (reference / Dynamo) "
+    "| readmissions (reference / Dynamo) | same first-token time | same last-token time "
+    "| TTFT ms, reference | TTFT ms, Dynamo | E2E ms, reference | E2E ms, Dynamo "
+    "| wall s (reference / Dynamo) |"
+)
+
+
+def arguments_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path, help="the Mooncake JSONL trace")
     parser.add_argument("--blocks", type=int, nargs="+", default=list(DEFAULT_BLOCKS))
     parser.add_argument("--styles", nargs="+", default=list(STYLES), choices=STYLES)
     parser.add_argument("--dynamo-python", default=sys.executable, help="a Python with ai-dynamo")
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds before a Dynamo replay is killed"
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument(
         "--dynamo-only", nargs=3, metavar=("STYLE", "BLOCKS", "OUT"), help=argparse.SUPPRESS
     )
-    arguments = parser.parse_args()
+    return parser
+
+
+def replay_reference(work: Path, log: TextIO) -> float | None:
+    """servesim replay of the scenario in ``work`` (the reference side)."""
+    files = ("scenario", "workload", "timing-profile")
+    options = [part for name in files for part in (f"--{name}", str(work / f"{name}.json"))]
+    command = [sys.executable, "-m", "servesim_cli", "replay", "--quiet", *options]
+    return timed([*command, "--output", str(work / "reference.json")], log)
+
+
+def row(arguments: argparse.Namespace, work: Path, log: TextIO, style: str, blocks: int) -> str:
+    """One style and cache: both replays, compared."""
+    (work / "scenario.json").write_text(json.dumps(style_scenario(style, blocks)))
+    reference_s = replay_reference(work, log)
+    dynamo_only = ["--dynamo-only", style, str(blocks), str(work / "dynamo.json")]
+    command = [arguments.dynamo_python, __file__, str(arguments.trace), *dynamo_only]
+    reference = json.loads((work / "reference.json").read_bytes())
+    try:
+        dynamo_s = timed(command, log, arguments.timeout)
+    except Failed as error:
+        dynamo_s, missing = None, f"failed: {str(error).replace('|', '/')}"
+    else:
+        missing = f"not ended after {arguments.timeout:.0f} s"
+    if dynamo_s is None:
+        cells = unfinished(reference, missing)
+    else:
+        dynamo = json.loads((work / "dynamo.json").read_bytes())
+        cells = compare(trace_lines(arguments.trace), dynamo, reference)
+    walls = f"{reference_s:.0f} / " + ("-" if dynamo_s is None else f"{dynamo_s:.0f}")
+    return f"| {style} | {blocks:,} | " + " | ".join(cells) + f" | {walls} |"
+
+
+def over_the_cache(arguments: argparse.Namespace) -> list[str]:
+    """Per cache, how many requests need more tokens than a worker's whole cache.
+
+    The reference rejects them at arrival (R10); Dynamo's replay stops on them
+    (KVCACHE.md, R10), so where there are any Dynamo's vllm and sglang rows can fail.
+    """
+    rows = trace_lines(arguments.trace)
+    lines = []
+    for blocks in arguments.blocks:
+        tokens = blocks * ENGINE_BLOCK_TOKENS
+        over = sum(row["input_length"] + row["output_length"] > tokens for row in rows)
+        lines.append(
+            f"- {blocks:,} blocks per worker ({tokens:,} tokens): {over:,} requests need "
+            "more (prompt + output): the reference rejects them at arrival (R10; sglang's "
+            "R90 also those within a page of the cache), Dynamo's replay does not (KVCACHE.md, "
+            "R10)."
+        )
+    return ["", *lines]
+
+
+def page(arguments: argparse.Namespace, table: list[str]) -> str:
+    count = len(trace_lines(arguments.trace))
+    return "\n".join(
+        [
+            "# The scheduler styles on the Mooncake conversation trace: Dynamo and the reference",
+            "",
+            "Generated by `python conformance/adapters/dynamo/mooncake_styles.py "
+            f"{arguments.trace.name}`; do not edit by hand. What is run and compared: the "
+            "script's docstring; why the styles differ where they do: differences.json "
+            "(RESULTS.md) and STYLES.md.",
+            "",
+            f"{count:,} requests, {mooncake.WORKERS} workers, round robin, max_num_seqs "
+            f"{mooncake.MAX_NUM_SEQS}, limits {mooncake.LIMIT}, fixed timing "
+            f"{mooncake.PREFILL_US} us per pass that prefills plus {mooncake.DECODE_US} us per "
+            f"pass that decodes; engine blocks of {ENGINE_BLOCK_TOKENS} tokens, prefix caching "
+            f"off; vllm and trtllm whole prefill, sglang chunks of {SGLANG_CHUNK:,} tokens. "
+            "Latencies as mean / p50 / p99. Wall times on this shared 2-core machine.",
+            *over_the_cache(arguments),
+            "",
+            HEADER,
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+            *table,
+            "",
+        ]
+    )
+
+
+def main() -> int:
+    arguments = arguments_parser().parse_args()
+    arguments.trace = arguments.trace.resolve()
     if arguments.dynamo_only:
         style, blocks, out = arguments.dynamo_only
-        run_dynamo(arguments.trace.resolve(), style, int(blocks), Path(out))
+        run_dynamo(arguments.trace, style, int(blocks), Path(out))
         return 0
-    rows = trace_lines(arguments.trace)
-    table = [
-        "| style | blocks per worker | completed (reference / Dynamo) | readmissions (reference / Dynamo) "
-        "| same first-token time | same last-token time | TTFT ms mean / p50 / p99 (reference / Dynamo) "
-        "| E2E ms mean / p50 / p99 (reference / Dynamo) | wall s (reference / Dynamo) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    with tempfile.TemporaryDirectory() as folder:
+    table = []
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryFile("w+") as log:
         work = Path(folder)
-        servesim = [sys.executable, "-m", "servesim_cli"]
-        timed(
-            [
-                *servesim,
-                "import",
-                "mooncake",
-                str(arguments.trace),
-                "-o",
-                str(work / "workload.json"),
-            ]
-        )
+        servesim = [sys.executable, "-m", "servesim_cli", "import", "mooncake"]
+        timed([*servesim, str(arguments.trace), "-o", str(work / "workload.json")], log)
         (work / "timing-profile.json").write_text(json.dumps(mooncake.fixed_form_grid()))
         for blocks in arguments.blocks:
             for style in arguments.styles:
-                (work / "scenario.json").write_text(json.dumps(style_scenario(style, blocks)))
-                ref_s = timed(
-                    [
-                        *servesim,
-                        "replay",
-                        "--quiet",
-                        "--scenario",
-                        str(work / "scenario.json"),
-                        "--workload",
-                        str(work / "workload.json"),
-                        "--timing-profile",
-                        str(work / "timing-profile.json"),
-                        "--output",
-                        str(work / "reference.json"),
-                    ]
-                )
-                dyn_s = timed(
-                    [
-                        arguments.dynamo_python,
-                        __file__,
-                        str(arguments.trace),
-                        "--dynamo-only",
-                        style,
-                        str(blocks),
-                        str(work / "dynamo.json"),
-                    ]
-                )
-                cells = compare(
-                    rows,
-                    json.loads((work / "dynamo.json").read_bytes()),
-                    json.loads((work / "reference.json").read_bytes()),
-                )
-                line = (
-                    f"| {style} | {blocks:,} | "
-                    + " | ".join(cells)
-                    + f" | {ref_s:.0f} / {dyn_s:.0f} |"
-                )
-                table.append(line)
-                print(line, flush=True)
-    lines = [
-        "# The scheduler styles on the Mooncake conversation trace: Dynamo and the reference",
-        "",
-        "Generated by `python conformance/adapters/dynamo/mooncake_styles.py "
-        f"{arguments.trace.name}`; do not edit by hand. What is run and compared: the script's "
-        "docstring; why the styles differ where they do: differences.json (RESULTS.md) and STYLES.md.",
-        "",
-        f"{len(rows):,} requests, {mooncake.WORKERS} workers, round robin, max_num_seqs "
-        f"{mooncake.MAX_NUM_SEQS}, limits {mooncake.LIMIT}, fixed timing {mooncake.PREFILL_US} us "
-        f"per pass that prefills plus {mooncake.DECODE_US} us per pass that decodes; engine blocks of "
-        f"{ENGINE_BLOCK_TOKENS} tokens, prefix caching off; vllm and trtllm whole prefill, sglang "
-        f"chunks of {SGLANG_CHUNK:,} tokens. Wall times on this shared 2-core machine.",
-        "",
-        *table,
-        "",
-    ]
-    arguments.output.write_text("\n".join(lines))
+                table.append(row(arguments, work, log, style, blocks))
+                print(table[-1], flush=True)
+    arguments.output.write_text(page(arguments, table))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Failed as error:
+        sys.exit(f"mooncake_styles.py: the reference failed: {error}")

@@ -84,13 +84,6 @@ def why_not(scenario: dict[str, Any]) -> str | None:
 def engine(scenario: dict[str, Any]) -> dict[str, Any]:
     """Dynamo's engine for the twin: the adapter's, with the case's cache as the engine's."""
     args = engine_args(scenario, FixedTiming(PREFILL_US, DECODE_US))
-    cache = scenario.get("kv_cache")
-    if cache is not None:
-        args.update(
-            block_size=cache["block_tokens"],
-            num_gpu_blocks=cache["blocks"],
-            enable_prefix_caching=cache["prefix_caching"],
-        )
     if scenario["scheduler"]["prefill"]["mode"] == "chunked":
         args["enable_chunked_prefill"] = True
     return args

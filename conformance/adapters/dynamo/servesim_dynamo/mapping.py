@@ -246,7 +246,8 @@ def engine_args(scenario: dict[str, Any], timing: FixedTiming) -> dict[str, Any]
     refused (R93: every running request's whole footprint fits at once) and no sglang
     estimate refused (R90: the estimate counts at most every running request's prompt plus
     its output); a fleet that would need more blocks than ``MAX_GPU_BLOCKS`` is refused
-    under those two styles, where a binding reservation or estimate would pass unseen.
+    under those two styles, where a binding reservation or estimate would pass unseen. A
+    scenario with a cache gets the cache's blocks, block size and prefix caching instead.
     """
     scheduler = limits(scenario)
     named = style(scheduler)
@@ -282,6 +283,16 @@ def engine_args(scenario: dict[str, Any], timing: FixedTiming) -> dict[str, Any]
         if named == "trtllm":
             # R93: GUARANTEED_NO_EVICT, TensorRT-LLM's default capacity policy
             args["trtllm"] = {"capacity_scheduler_policy": "guaranteed_no_evict"}
+    cache = scenario.get("kv_cache")
+    if cache is not None:
+        # only the experiment scripts pass a cache (the adapter refuses one, kv.py): the
+        # engine's memory is then the cache's, and every memory rule binds as it would
+        args.update(
+            block_size=cache["block_tokens"],
+            num_gpu_blocks=cache["blocks"],
+            enable_prefix_caching=cache["prefix_caching"],
+        )
+        return args
     if named != "vllm" and blocks > MAX_GPU_BLOCKS:
         raise Unsupported(
             "kv_cache.unlimited",
