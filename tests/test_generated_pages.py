@@ -60,6 +60,7 @@ GENERATED = {
     "conformance/adapters/dynamo/MOONCAKE-DP2.md",
     "conformance/adapters/dynamo/MOONCAKE-DP4.md",
     "conformance/adapters/dynamo/RANKS.md",
+    "conformance/adapters/dynamo/STYLES.md",
     "docs/matrix/index.html",
     *(f"docs/matrix/{path.name}" for path in MATRIX_REPORTS),
 }
