@@ -306,6 +306,23 @@ def test_unbounded_style_memory_that_needs_too_many_blocks_is_refused() -> None:
     assert caught.value.feature == "kv_cache.unlimited"
 
 
+def test_a_given_cache_is_the_engine_memory_whatever_the_limits() -> None:
+    """The experiment scripts (style_cases.py, mooncake_styles.py) give Dynamo a servesim cache:
+    its blocks, block size and prefix caching are the engine's, and the unbounded-memory
+    refusal does not apply (the memory rules are meant to bind)."""
+    from servesim_dynamo.mapping import engine_args
+
+    scenario = copy.deepcopy(documents("dynamo-fixed-styles-sglang")["scenario"])
+    scenario["scheduler"].update(max_num_seqs=1024, max_model_len=1 << 20)
+    scenario["kv_cache"] = {"blocks": 96, "block_tokens": 4, "prefix_caching": True}
+    args = engine_args(scenario, FixedTiming(prefill_us=300, decode_us=200))
+    assert (args["num_gpu_blocks"], args["block_size"], args["enable_prefix_caching"]) == (
+        96,
+        4,
+        True,
+    )
+
+
 def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

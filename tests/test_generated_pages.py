@@ -61,6 +61,7 @@ GENERATED = {
     "conformance/adapters/dynamo/MOONCAKE-DP4.md",
     "conformance/adapters/dynamo/RANKS.md",
     "conformance/adapters/dynamo/STYLES.md",
+    "conformance/adapters/dynamo/MOONCAKE-STYLES.md",
     "docs/matrix/index.html",
     *(f"docs/matrix/{path.name}" for path in MATRIX_REPORTS),
 }
