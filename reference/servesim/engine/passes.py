@@ -4,8 +4,28 @@ A worker with ``dp_size`` d > 1 is d schedulers (``Worker`` objects, one per ran
 queues, limits and cache) behind one barrier. ``RankGroup`` holds what belongs to the worker
 rather than to a rank: the pass in flight, its scheduling and completion bookkeeping, R80's rank
 rotation and R85's whole-worker figures (passes, their busy time, the peaks over the ranks
-together). A worker of one rank needs none of this: its pass is its step, and the event loop
-treats it as before.
+together), and the decode steps its ranks carry from one pass to the next (``add_passes``). A
+worker of one rank needs none of this: its pass is its step, and the event loop treats it as
+before.
+
+Carried steps are not a rule of the spec but a shortcut that keeps its results (R21: the same
+report bytes), as the decode runs of ``decode_runs`` are. A rank's step depends only on the
+rank's own queues, running list, cache and style state (R83: each rank forms its step by
+sections 5 and 11, with its own queues and cache), never on its siblings' or on the time. So
+a decode-only step whose rank has no cache, under a synthetic model (a decode-only step lasts
+the same whatever its context, R22) and a style that forms its later decode steps alike
+(``Formation.run_limit``), is formed the same again at each later pass, exactly as
+``decode_runs`` forms a one-rank worker's next steps the same (its conditions 1 to 3 and 6;
+4 needs a cache, 5 a stop time, and neither is allowed here): until a request joins the rank
+(admission, blocked, may then let it in) or the first of its decoding requests produces its
+last token (``steps_to_first_completion`` passes: then the running list changes). Meanwhile
+its siblings may prefill, take requests and form new steps every pass. So the step stays open
+for those passes (``remaining``) and is applied once, when it ends (``Worker.complete_step``
+with one segment per stretch of equal pass lengths): its tokens come at each pass end, its
+rank is busy d_r per pass (R85), as pass by pass. What is read of the rank in the meantime
+is what pass by pass shows: the running list and queues do not change, and a state-aware
+router reads only ``outstanding`` without a cache (R54), which changes only at a join (which
+ends the step) and a completion (at its last pass).
 """
 
 from __future__ import annotations
@@ -21,26 +41,40 @@ class RankGroup:
 
     __slots__ = (
         "busy_us",
+        "carried",
         "completion_sequence",
         "in_flight",
         "index",
+        "pass_start_us",
         "passes",
         "peak_blocks_in_use",
         "peak_reserved_blocks",
         "peak_running",
         "peak_waiting",
+        "period_us",
         "ranks",
+        "remaining",
         "rotation",
         "schedule_pending",
     )
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, dp_size: int) -> None:
         self.index = index
         """Its global worker index (R78)."""
         self.ranks: list[Worker] = []
         """Its ranks, in rank order (filled as they are made)."""
         self.in_flight: list[Step] | None = None
         """R83: the steps of the pass in flight, in rank order; ``None`` when idle."""
+        self.pass_start_us = 0
+        """When the pass in flight (or the run of passes of one period) started."""
+        self.period_us = 0
+        """The length of each pass in flight: the longest of its steps' durations."""
+        self.carried: list[Step | None] = [None] * dp_size
+        """By rank: the decode step it carries into its next pass (see the module's text);
+        ``None`` for a rank whose next pass forms a new step, if it has work."""
+        self.remaining = [0] * dp_size
+        """By rank: how many more passes its step in flight or carried may stand for, after
+        those it stands for already; at 0 it ends at its pass end."""
         self.completion_sequence = -1
         self.schedule_pending = False
         self.rotation = 0
@@ -91,6 +125,11 @@ class RankGroup:
         self.passes += passes - 1  # ``formed`` counted the first
         self.busy_us += end_us - start_us
 
+    def close(self, rank: int) -> None:
+        """A request joined ``rank``: its open step ends at the end of the pass in flight (or
+        now, between passes), and its next pass forms a new one, which may admit it."""
+        self.remaining[rank] = 0
+
     def ran(self, rank: Worker) -> None:
         """R85: after a run of ``rank`` alone, the worker's peak of blocks in use is at least
         the rank's: each pass of the run held the rank's blocks and none of its idle siblings'
@@ -103,3 +142,34 @@ class RankGroup:
         reserved = None if counters is None else counters.peak_reserved_blocks
         if reserved is not None and reserved > self.peak_reserved_blocks:
             self.peak_reserved_blocks = reserved
+
+
+def add_passes(step: Step, start_us: int, period_us: int, count: int) -> None:
+    """R83: ``step``, a rank's step in a pass of several ranks, stands for ``count`` more passes
+    of ``period_us`` each, back to back from ``start_us``: its tokens come at each pass end.
+
+    A step of one pass ends at ``pass_end_us``; one of several passes keeps them as the
+    ``segments`` of its run (one per stretch of equal pass lengths), as a run's steps of
+    different durations do (``decode_runs.measured_decode_run``). Its ``duration_us`` stays
+    its own d_r, what its rank is busy each pass (R85).
+    """
+    if step.pass_end_us is None and step.segments is None:  # just formed: its first passes
+        if count == 1:
+            step.pass_end_us = start_us + period_us
+        else:
+            step.repeat = count
+            step.segments = [(start_us + period_us, period_us, count)]
+        return
+    assert step.end_us == start_us, "a carried step's passes are back to back"
+    segments = step.segments
+    if segments is None:  # it stood for one pass
+        assert step.pass_end_us is not None
+        segments = [(step.pass_end_us, step.pass_end_us - step.start_us, 1)]
+        step.pass_end_us = None
+    first_end, period, stretch = segments[-1]
+    if period == period_us:  # these passes last as long as the stretch before them
+        segments[-1] = (first_end, period, stretch + count)
+    else:
+        segments.append((start_us + period_us, period_us, count))
+    step.segments = segments
+    step.repeat += count
