@@ -333,45 +333,46 @@ class EventLoop:
 
     def _start_pass(self, group: RankGroup, now_us: int) -> None:
         """R83: every rank with work forms its step now, but for a rank carrying its decode
-        step into this pass (``passes``' module text), whose step is the same; the pass ends at
+        step into this pass (``passes.CarriedSteps``), whose step is the same; the pass ends at
         the longest."""
         steps: list[Step] = []
         formed: list[Step] = []
-        carried = group.carried
+        carry = group.carry
+        carried = carry.steps
+        timing = group.ranks[0].timing  # R84: its pool's, every rank's
+        assert timing is not None
         for rank in group.ranks:
             step = carried[rank.rank]
             if step is not None:
                 carried[rank.rank] = None
-                if group.remaining[rank.rank]:
+                if carry.remaining[rank.rank]:
                     steps.append(step)
                     continue
-                # a request joined it at its last pass end (``RankGroup.close``): it ended then
+                # a request joined it at its last pass end (``CarriedSteps.close``): it ended
+                # then
                 self._step_ended(rank, step, now_us)
             if rank.running or rank.waiting:
                 step = rank.form_step(now_us)
                 if self.uses_context:
                     step.context_tokens = context_tokens(step.decode)
+                # R43: the first step out of coverage, in rank order, decides (its siblings'
+                # steps, formed or not, change nothing of the outcome)
+                step.duration_us = step_duration(step, timing)
                 steps.append(step)
                 formed.append(step)
-        longest = 0
-        for step in formed:  # R43: the first step out of coverage, in rank order, decides
-            timing = group.ranks[step.rank].timing
-            assert timing is not None
-            step.duration_us = step_duration(step, timing)
-        for step in steps:
-            longest = max(longest, step.duration_us)
+        longest = max([step.duration_us for step in steps])
         end_us = now_us + longest
         if end_us > MAX_TIME_US:
             raise UnrepresentableTime(worker=group.index, start_us=now_us, duration_us=longest)
-        group.pass_start_us = now_us
-        group.period_us = longest
+        carry.start_us = now_us
+        carry.period_us = longest
         if len(steps) == 1 and formed:  # its siblings are idle: the pass is this rank's step
             self._plan_alone(steps[0], group.ranks[steps[0].rank])
             end_us = steps[0].end_us
         else:
             for step in formed:
                 step.barrier = True
-                group.remaining[step.rank] = self._rank_run(group.ranks[step.rank], step)
+                carry.remaining[step.rank] = self._rank_run(group.ranks[step.rank], step)
             end_us = self._plan_barrier_run(group, steps, now_us, longest)
         group.formed(steps)
         if self.steps is not None:
@@ -393,7 +394,7 @@ class EventLoop:
 
     def _rank_run(self, rank: Worker, step: Step) -> int:
         """How many passes from this one on ``step``, just formed in a pass of several ranks,
-        may stand for (``passes``' module text): 1 unless it is decode-only, on a rank without
+        may stand for (``passes.CarriedSteps``): 1 unless it is decode-only, on a rank without
         a cache, under a synthetic model and a style whose later decode steps form alike;
         else until its first decoding request's last token."""
         timing = rank.timing
@@ -416,19 +417,18 @@ class EventLoop:
         a decode-only step of the same duration every pass), the passes after it are the same
         for as many passes as the one with fewest left allows, so they are one run of passes of
         period ``longest`` (a join to any rank cuts it, ``_route``). The run's end."""
-        remaining = group.remaining
-        count = max(
-            1,
-            min(
-                min(remaining[step.rank] for step in steps),
-                (MAX_TIME_US - start_us) // longest,  # R6
-            ),
-        )
+        remaining = group.carry.remaining
+        count = min([remaining[step.rank] for step in steps])
+        if count > 1:
+            count = min(count, (MAX_TIME_US - start_us) // longest)  # R6: at least 1
+        stop_us = self.stop_us
         for step in steps:
             remaining[step.rank] -= count
             add_passes(step, start_us, longest, count)
-            if count > 1 and self.stop_us is not None:  # R62: no pass may pass the stop uncut
-                step.stop_at(self.stop_us)
+            if count > 1 and stop_us is not None:  # R62: no pass may pass the stop time uncut
+                step.stop_at(stop_us)  # (no step is carried with a stop time: each is new)
+                if step.segments is None:  # cut to one pass, which ends at the pass end
+                    step.pass_end_us = start_us + longest
         return steps[0].end_us
 
     def _end_pass(self, group: RankGroup, now_us: int) -> None:
@@ -437,17 +437,23 @@ class EventLoop:
         ``Worker.cut_step`` cuts a step of one pass); then the worker is idle."""
         steps = group.in_flight
         assert steps is not None
-        alone = len(steps) == 1 and not steps[0].barrier
-        passes = steps[0].repeat if alone else (now_us - group.pass_start_us) // group.period_us
-        group.ended(group.pass_start_us, now_us, passes)
-        carry = self.stop_us is None
-        for step in steps:
-            if carry and step.barrier and group.remaining[step.rank] > 0:
-                group.carried[step.rank] = step
-            else:
-                self._step_ended(group.ranks[step.rank], step, now_us)
-        if alone and steps[0].repeat > 1:  # R85: a run's later passes held the blocks it took
-            group.ran(group.ranks[steps[0].rank])
+        first = steps[0]
+        carry = group.carry
+        start_us = carry.start_us
+        if not first.barrier:  # one rank alone: its step, or its run of steps
+            group.ended(start_us, now_us, first.repeat)
+            rank = group.ranks[first.rank]
+            self._step_ended(rank, first, now_us)
+            if first.repeat > 1:  # R85: a run's later passes held the blocks the rank took
+                group.ran(rank)
+        else:  # passes of one period each
+            group.ended(start_us, now_us, (now_us - start_us) // carry.period_us)
+            carrying = self.stop_us is None
+            for step in steps:
+                if carrying and carry.remaining[step.rank] > 0:
+                    carry.steps[step.rank] = step
+                else:
+                    self._step_ended(group.ranks[step.rank], step, now_us)
         self._request_group_scheduling(group, now_us)
 
     # --- what the handlers share
@@ -481,15 +487,15 @@ class EventLoop:
         group = worker.group
         if group is not None:  # R83: it waits for the worker's next pass
             cut = False
-            remaining = group.remaining
+            remaining = group.carry.remaining
             # R7: the arrivals at an instant come before the scheduling at it, so a pass in
             # flight started before now, and its steps' passes before it ended before now
-            assert group.in_flight is None or group.pass_start_us < now_us
+            assert group.in_flight is None or group.carry.start_us < now_us
             for step in group.in_flight or ():  # a run of passes ends at the pass end at or
                 passes = step.repeat  # after now, every rank's step alike
                 cut = step.truncate_at(now_us)
                 remaining[step.rank] += passes - step.repeat  # the passes cut off are left
-            group.close(worker.rank)  # its step may differ from the next pass on
+            group.carry.close(worker.rank)  # its step may differ from the next pass on
             if cut:
                 group.completion_sequence = self._push_completion(step.end_us, group.index)
             self._request_group_scheduling(group, now_us)
@@ -519,9 +525,13 @@ class EventLoop:
 
     def _request_group_scheduling(self, group: RankGroup, now_us: int) -> None:
         """R83: an idle worker whose ranks have work schedules its next pass now, once."""
-        if group.in_flight is None and not group.schedule_pending and group.has_work():
-            group.schedule_pending = True
-            heapq.heappush(self.queue, (now_us, SCHEDULING, group.index, group.index))
+        if group.in_flight is not None or group.schedule_pending:
+            return
+        for rank in group.ranks:  # R83's "has work": a rank has a request running or waiting
+            if rank.running or rank.waiting:
+                group.schedule_pending = True
+                heapq.heappush(self.queue, (now_us, SCHEDULING, group.index, group.index))
+                return
 
     def _push_next_known(self) -> None:
         self.known_pending = next(self.known, -1)
