@@ -75,9 +75,9 @@ class RankGroup:
         self.in_flight = steps
         self.passes += 1
         self.peak_running = max(self.peak_running, sum([len(rank.running) for rank in self.ranks]))
-        held = [
-            rank.memory.cache.held for rank in self.ranks if isinstance(rank.memory, BlockMemory)
-        ]
+        # R45: blocks are held only with a cache, which a pool's ranks all have or all lack
+        memories = [] if self.ranks[0].memory.unlimited else [rank.memory for rank in self.ranks]
+        held = [memory.cache.held for memory in memories if isinstance(memory, BlockMemory)]
         if held:
             self.peak_blocks_in_use = max(self.peak_blocks_in_use, sum(held))
             if self.ranks[0].style == "trtllm":  # R93: reservations are this style's only
@@ -155,7 +155,8 @@ def add_passes(step: Step, start_us: int, period_us: int, count: int) -> None:
     A step of one pass ends at ``pass_end_us``; one of several passes keeps them as the
     ``segments`` of its run (one per stretch of equal pass lengths), as a run's steps of
     different durations do (``decode_runs.measured_decode_run``). Its ``duration_us`` stays
-    its own d_r, what its rank is busy each pass (R85).
+    its own d_r, what its rank is busy each pass (R85). A carried step's passes follow its
+    last pass end at once (its rank has work, so the worker starts its next pass then, R83).
     """
     if step.pass_end_us is None and step.segments is None:  # just formed: its first passes
         if count == 1:
@@ -164,7 +165,6 @@ def add_passes(step: Step, start_us: int, period_us: int, count: int) -> None:
             step.repeat = count
             step.segments = [(start_us + period_us, period_us, count)]
         return
-    assert step.end_us == start_us, "a carried step's passes are back to back"
     segments = step.segments
     if segments is None:  # it stood for one pass
         assert step.pass_end_us is not None
