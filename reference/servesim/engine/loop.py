@@ -336,7 +336,7 @@ class EventLoop:
         step into this pass (``passes.CarriedSteps``), whose step is the same; the pass ends at
         the longest."""
         steps: list[Step] = []
-        formed: list[Step] = []
+        longest = 0
         carry = group.carry
         carried = carry.steps
         timing = group.ranks[0].timing  # R84: its pool's, every rank's
@@ -345,31 +345,34 @@ class EventLoop:
             step = carried[rank.rank]
             if step is not None:
                 carried[rank.rank] = None
-                if carry.remaining[rank.rank]:
-                    steps.append(step)
+                if not carry.remaining[rank.rank]:
+                    # a request joined it at its last pass end (``CarriedSteps.close``): it
+                    # ended then
+                    self._step_ended(rank, step, now_us)
+                    step = None
+            if step is None:
+                if not (rank.running or rank.waiting):
                     continue
-                # a request joined it at its last pass end (``CarriedSteps.close``): it ended
-                # then
-                self._step_ended(rank, step, now_us)
-            if rank.running or rank.waiting:
                 step = rank.form_step(now_us)
                 if self.uses_context:
                     step.context_tokens = context_tokens(step.decode)
                 # R43: the first step out of coverage, in rank order, decides (its siblings'
                 # steps, formed or not, change nothing of the outcome)
                 step.duration_us = step_duration(step, timing)
-                steps.append(step)
-                formed.append(step)
-        longest = max([step.duration_us for step in steps])
+            steps.append(step)
+            if step.duration_us > longest:
+                longest = step.duration_us
         end_us = now_us + longest
         if end_us > MAX_TIME_US:
             raise UnrepresentableTime(worker=group.index, start_us=now_us, duration_us=longest)
         carry.start_us = now_us
         carry.period_us = longest
-        if len(steps) == 1 and formed:  # its siblings are idle: the pass is this rank's step
+        if len(steps) == 1 and not steps[0].barrier:  # its siblings idle, it formed its step:
+            formed = steps  # the pass is this rank's step, or a run of them
             self._plan_alone(steps[0], group.ranks[steps[0].rank])
             end_us = steps[0].end_us
         else:
+            formed = [step for step in steps if not step.barrier]  # not carried
             for step in formed:
                 step.barrier = True
                 carry.remaining[step.rank] = self._rank_run(group.ranks[step.rank], step)

@@ -75,9 +75,9 @@ class RankGroup:
         self.in_flight = steps
         self.passes += 1
         self.peak_running = max(self.peak_running, sum([len(rank.running) for rank in self.ranks]))
-        # R45: blocks are held only with a cache, which a pool's ranks all have or all lack
-        memories = [] if self.ranks[0].memory.unlimited else [rank.memory for rank in self.ranks]
-        held = [memory.cache.held for memory in memories if isinstance(memory, BlockMemory)]
+        if self.ranks[0].memory.unlimited:  # R45: no cache in the pool, so no blocks are held
+            return
+        held = held_blocks(self.ranks)
         if held:
             self.peak_blocks_in_use = max(self.peak_blocks_in_use, sum(held))
             if self.ranks[0].style == "trtllm":  # R93: reservations are this style's only
@@ -103,6 +103,11 @@ class RankGroup:
         reserved = None if counters is None else counters.peak_reserved_blocks
         if reserved is not None and reserved > self.peak_reserved_blocks:
             self.peak_reserved_blocks = reserved
+
+
+def held_blocks(ranks: list[Worker]) -> list[int]:
+    """R45: the blocks each rank holds, of ranks with a cache."""
+    return [rank.memory.cache.held for rank in ranks if isinstance(rank.memory, BlockMemory)]
 
 
 class CarriedSteps:
