@@ -122,9 +122,9 @@ class CarriedSteps:
     alike (``Formation.run_limit``), is formed the same again at each later pass, as
     ``decode_runs`` forms a one-rank worker's next steps the same (its conditions 1 to 3 and 6;
     4 needs a cache, and with a stop time, 5, no step is carried): until a request joins the
-    rank (admission, blocked, may then let it in) or its first decoding request produces its
-    last token (then the running list changes). Its siblings may meanwhile prefill, take
-    requests and form new steps every pass. So the step stays open for those passes
+    rank (admission, blocked, may then let it in) or the first of its decoding requests to
+    finish produces its last token (then the running list changes). Its siblings may meanwhile
+    prefill, take requests and form new steps every pass. So the step stays open for those passes
     (``remaining``) and is applied once, when it ends (``Worker.complete_step``, with a segment
     per stretch of passes of one length, ``add_passes``): its tokens come at each pass end and
     its rank is busy d_r per pass (R85), as pass by pass. What is read of the rank in the
