@@ -214,35 +214,24 @@ def measure(command: list[str]) -> dict[str, Any]:
 
 
 def count_formed_steps() -> list[int] | None:
-    """Count the steps and passes the reference's event loop forms one by one: one
-    ``plan_run`` call per step of a one-rank worker (reference/servesim/engine/loop.py), a run
-    of identical decode steps counting once, and one ``RankGroup.formed`` call per pass of a
-    worker of several ranks (engine/passes.py); None when the loop has no such hook."""
+    """Count the steps the reference's event loop forms one by one: one ``Worker.form_step``
+    call per step a one-rank worker or a rank forms (reference/servesim/engine/worker.py), a
+    run of identical decode steps (engine/decode_runs.py) and a rank's decode step carried
+    across passes (engine/passes.py) counting once; None when the engine has no such hook."""
     try:
-        from servesim.engine import loop
+        from servesim.engine.worker import Worker
     except ImportError:
         return None
-    original = getattr(loop, "plan_run", None)
+    original = getattr(Worker, "form_step", None)
     if original is None:
         return None
     counter = [0]
 
-    def counting(*arguments: Any, **options: Any) -> Any:
+    def counting(worker: Any, *arguments: Any, **options: Any) -> Any:
         counter[0] += 1
-        return original(*arguments, **options)
+        return original(worker, *arguments, **options)
 
-    loop.plan_run = counting
-    try:
-        from servesim.engine.passes import RankGroup
-    except ImportError:
-        return counter
-    formed = RankGroup.formed
-
-    def counting_pass(group: Any, *arguments: Any, **options: Any) -> Any:
-        counter[0] += 1
-        return formed(group, *arguments, **options)
-
-    RankGroup.formed = counting_pass  # type: ignore[method-assign]
+    Worker.form_step = counting  # type: ignore[method-assign]
     return counter
 
 
@@ -308,6 +297,10 @@ def child(arguments: argparse.Namespace) -> None:
     figures["tpot_p50_us"] = tpot.get("p50")
     figures["tpot_p99_us"] = tpot.get("p99")
     figures["busy_us"] = [worker["busy_us"] for worker in report["workers"]]
+    # R85: every rank's steps (a worker without ``ranks`` is one rank: its steps are its passes)
+    figures["rank_steps"] = sum(
+        rank["steps"] for worker in report["workers"] for rank in worker.get("ranks") or [worker]
+    )
     figures["makespan_us"] = summary["makespan_us"]
     if counter is not None:
         figures["formed_steps"] = counter[0]

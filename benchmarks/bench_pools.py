@@ -12,10 +12,12 @@ same 16 scheduler ranks laid out four ways, against the one-pool replay of bench
   round robin 3 : 2 (R81), so the faster pool takes the larger share.
 
 For each: wall and CPU seconds, peak RSS (each replay in its own process, bench.py's child),
-passes (``summary.steps``, R85: a worker's passes), and how many steps the event loop formed one
-by one, against the passes the report counts: the decode-run shortcut (reference/servesim/
-engine/decode_runs.py) forms one step for a whole run of identical decode steps, so the fewer
-formed per pass, the more it collapsed; the issue asks that it keep working for ranks whose
+passes (``summary.steps``, R85: a worker's passes), the ranks' steps (the workers' ``steps``,
+one per rank per pass), and how many steps the event loop formed one by one (``form_step``
+calls), against the ranks' steps: the decode-run shortcut (reference/servesim/engine/
+decode_runs.py) forms one step for a whole run of identical decode steps, and a rank carries a
+decode step across passes while its siblings prefill (engine/passes.py), so the fewer formed
+per rank step, the more they collapsed; the issue asks that runs keep working for ranks whose
 siblings are idle. The issue's target: every layout at most ``TIME_TARGET`` times the one-pool
 time. Figures are printed, nothing is asserted.
 """
@@ -74,13 +76,17 @@ def slower(profile: dict[str, Any]) -> dict[str, Any]:
 
 
 def formed_line(figures: dict[str, Any]) -> str:
-    """Passes in the report, steps the loop formed one by one, and their ratio."""
+    """Passes and the ranks' steps in the report, steps the loop formed one by one, and how
+    many of the ranks' steps each formed step stood for."""
     formed = figures.get("formed_steps")
-    passes = figures["steps"]
+    passes, steps = figures["steps"], figures["rank_steps"]
     if formed is None:
-        return f"passes {passes:,}, formed steps: not exposed"
-    per = passes / formed if formed else 0.0
-    return f"passes {passes:,}, formed {formed:,} ({per:.2f} passes per formed step)"
+        return f"passes {passes:,}, rank steps {steps:,}, formed steps: not exposed"
+    per = steps / formed if formed else 0.0
+    return (
+        f"passes {passes:,}, rank steps {steps:,}, formed {formed:,} "
+        f"({per:.2f} rank steps per formed step)"
+    )
 
 
 def pools_section(

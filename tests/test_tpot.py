@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.contract.tpot import tpot_sample, tpot_statistics
+from servesim.contract.tpot import _ascending, tpot_sample, tpot_statistics
 from servesim.report.writer import tpot_statistics as report_tpot_statistics
 
 
@@ -74,3 +74,13 @@ def test_r63_matches_a_literal_reading_and_the_report_writer(pairs: list[tuple[i
         expected.update(dict.fromkeys(("min", "max", "mean", "p50", "p90", "p95", "p99")))
     assert tpot_statistics(pairs) == expected
     assert report_tpot_statistics is tpot_statistics
+
+
+def test_samples_that_round_alike_are_still_ordered_exactly() -> None:
+    """``_ascending`` sorts by the rounded quotients first: three samples that all round to
+    1.0 (one just under, one at, one just over) come out in exact order, around a sample
+    that rounds apart."""
+    under, one, over, half = (2**54 - 1, 2**54), (1, 1), (2**53 + 1, 2**53), (1, 2)
+    assert {pair[0] / pair[1] for pair in (under, one, over)} == {1.0}
+    assert _ascending([over, half, one, under]) == [half, under, one, over]
+    assert _ascending([]) == []

@@ -43,9 +43,32 @@ def tpot_statistics(samples: Iterable[tuple[int, int]]) -> dict[str, Any]:
     """
     counts = Counter(_lowest_terms(numerator, denominator) for numerator, denominator in samples)
     total = sum(counts.values())
-    ordered = sorted(counts, key=lambda pair: Fraction(*pair))
+    ordered = _ascending(counts)
     mean = float(_exact_sum(counts) / total) if total else None  # R24: the exact mean, once
     return ranked_statistics(counts, ordered, mean, _rounded)
+
+
+def _ascending(pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Distinct samples in exact ascending order: sorted by their quotients rounded to binary64
+    (fast), then each stretch of equal roundings by exact value (seldom more than one sample).
+
+    The rounding is monotone (Python's int / int is correctly rounded), so a sample smaller
+    than another never rounds to a larger float: only samples that round alike may be out of
+    exact order after the first sort, and they lie next to each other.
+    """
+    ordered = sorted(pairs, key=_rounded_quotient)
+    quotients = [_rounded_quotient(pair) for pair in ordered]
+    start = 0
+    for end in range(1, len(ordered) + 1):
+        if end == len(ordered) or quotients[end] != quotients[start]:
+            if end - start > 1:
+                ordered[start:end] = sorted(ordered[start:end], key=lambda pair: Fraction(*pair))
+            start = end
+    return ordered
+
+
+def _rounded_quotient(pair: tuple[int, int]) -> float:
+    return pair[0] / pair[1]
 
 
 def _lowest_terms(numerator: int, denominator: int) -> tuple[int, int]:

@@ -35,7 +35,7 @@ from servesim.engine.fleet_view import FirstBlocks, FleetView
 from servesim.engine.formation import make_formation
 from servesim.engine.kv.identities import HashPrefixes
 from servesim.engine.memory import Memory, UnlimitedMemory
-from servesim.engine.passes import RankGroup
+from servesim.engine.passes import RankGroup, add_passes
 from servesim.engine.requests import RequestState
 from servesim.engine.routing import make_router
 from servesim.engine.step import Step, context_tokens, step_duration
@@ -135,7 +135,7 @@ def make_workers(
         timing = None if timings is None else timings[pool_index]
         for _ in range(pool.workers):
             index = len(units)
-            group = None if pool.dp_size == 1 else RankGroup(index)
+            group = None if pool.dp_size == 1 else RankGroup(index, pool.dp_size)
             for rank in range(pool.dp_size):
                 memory: Memory = unlimited
                 if pool.kv_cache is not None:
@@ -329,36 +329,57 @@ class EventLoop:
             steps.append(step)
         worker.completion_sequence = self._push_completion(step.end_us, index)
 
-    # --- R83: a worker of several ranks, pass by pass (a run only while one rank works alone)
+    # --- R83: a worker of several ranks, pass by pass (runs of a rank alone, carried steps)
 
     def _start_pass(self, group: RankGroup, now_us: int) -> None:
-        """R83: every rank with work forms its step now; the pass ends at the longest."""
+        """R83: every rank with work forms its step now, but for a rank carrying its decode
+        step into this pass (``passes.CarriedSteps``), whose step is the same; the pass ends at
+        the longest."""
         steps: list[Step] = []
+        longest = 0
+        carry = group.carry
+        carried = carry.steps
+        timing = group.ranks[0].timing  # R84: its pool's, every rank's
+        assert timing is not None
         for rank in group.ranks:
-            if rank.running or rank.waiting:
+            step = carried[rank.rank]
+            if step is not None:
+                carried[rank.rank] = None
+                if not carry.remaining[rank.rank]:
+                    # a request joined it at its last pass end (``CarriedSteps.close``): it
+                    # ended then
+                    self._step_ended(rank, step, now_us)
+                    step = None
+            if step is None:
+                if not (rank.running or rank.waiting):
+                    continue
                 step = rank.form_step(now_us)
                 if self.uses_context:
                     step.context_tokens = context_tokens(step.decode)
-                steps.append(step)
-        longest = 0
-        for step in steps:  # R43: the first step out of coverage, in rank order, decides
-            timing = group.ranks[step.rank].timing
-            assert timing is not None
-            step.duration_us = step_duration(step, timing)
-            longest = max(longest, step.duration_us)
+                # R43: the first step out of coverage, in rank order, decides (its siblings'
+                # steps, formed or not, change nothing of the outcome)
+                step.duration_us = step_duration(step, timing)
+            steps.append(step)
+            if step.duration_us > longest:
+                longest = step.duration_us
         end_us = now_us + longest
         if end_us > MAX_TIME_US:
             raise UnrepresentableTime(worker=group.index, start_us=now_us, duration_us=longest)
-        if len(steps) == 1:  # its siblings are idle: the pass is this rank's step, or a run
+        carry.start_us = now_us
+        carry.period_us = longest
+        if len(steps) == 1 and not steps[0].barrier:  # its siblings idle, it formed its step:
+            formed = steps  # the pass is this rank's step, or a run of them
             self._plan_alone(steps[0], group.ranks[steps[0].rank])
             end_us = steps[0].end_us
         else:
-            for step in steps:
+            formed = [step for step in steps if not step.barrier]  # not carried
+            for step in formed:
                 step.barrier = True
-            end_us = self._plan_barrier_run(group, steps, longest)
+                carry.remaining[step.rank] = self._rank_run(group.ranks[step.rank], step)
+            end_us = self._plan_barrier_run(group, steps, now_us, longest)
         group.formed(steps)
         if self.steps is not None:
-            self.steps.extend(steps)
+            self.steps.extend(formed)
         group.completion_sequence = self._push_completion(end_us, group.index)
 
     def _plan_alone(self, step: Step, rank: Worker) -> None:
@@ -374,54 +395,68 @@ class EventLoop:
             "keeps_router_view: a run would change what a state-aware router reads"
         )
 
-    def _plan_barrier_run(self, group: RankGroup, steps: list[Step], longest: int) -> int:
-        """R83 with several ranks at work: the pass's steps, each ending at the pass end; when
-        every one is decode-only on ranks without a cache and the pool's model is synthetic,
-        the passes after it are the same (each rank's admission stays blocked, no request
-        completes before the first one's last token, every pass lasts ``longest``), so they
-        are one run of passes of period ``longest`` (``decode_runs``' conditions 1 to 3 and 5,
-        for every rank at once; a join to any rank cuts it, ``_route``). The run's end."""
-        start_us = steps[0].start_us
-        model = group.ranks[0].timing.model if group.ranks[0].timing is not None else None
-        repeat = 1
+    def _rank_run(self, rank: Worker, step: Step) -> int:
+        """How many passes from this one on ``step``, just formed in a pass of several ranks,
+        may stand for (``passes.CarriedSteps``): 1 unless it is decode-only, on a rank without
+        a cache, under a synthetic model and a style whose later decode steps form alike;
+        else until its first decoding request's last token."""
+        timing = rank.timing
         if (
-            isinstance(model, SyntheticLinearTiming)
-            and group.ranks[0].memory.unlimited
-            and all(step.decode and not step.prefill for step in steps)
-            and all(  # R88: each rank's style forms its later steps alike
-                group.ranks[step.rank].formation.run_limit(
-                    group.ranks[step.rank], step, self.steps is not None
-                )
-                is None
-                for step in steps
-            )
+            step.prefill
+            or not step.decode
+            or not rank.memory.unlimited
+            or timing is None
+            or not isinstance(timing.model, SyntheticLinearTiming)
+            or rank.formation.run_limit(rank, step, self.steps is not None) is not None
         ):
-            repeat = max(
-                1,
-                min(
-                    min(steps_to_first_completion(step) for step in steps),
-                    (MAX_TIME_US - start_us) // longest,
-                ),
-            )
+            return 1
+        return steps_to_first_completion(step)
+
+    def _plan_barrier_run(
+        self, group: RankGroup, steps: list[Step], start_us: int, longest: int
+    ) -> int:
+        """R83 with several ranks at work, or one carrying its step: the pass's steps, each
+        ending at the pass end. When every one may stand for more passes (``remaining``, each
+        a decode-only step of the same duration every pass), the passes after it are the same
+        for as many passes as the one with fewest left allows, so they are one run of passes of
+        period ``longest`` (a join to any rank cuts it, ``_route``). The run's end."""
+        remaining = group.carry.remaining
+        count = min([remaining[step.rank] for step in steps])
+        if count > 1:
+            count = min(count, (MAX_TIME_US - start_us) // longest)  # R6: at least 1
+        stop_us = self.stop_us
         for step in steps:
-            step.repeat = repeat
-            if repeat > 1:
-                step.segments = [(start_us + longest, longest, repeat)]
-                if self.stop_us is not None:  # R62: no pass of a run may pass the stop time uncut
-                    step.stop_at(self.stop_us)
-            if step.segments is None:  # one pass: every step ends at its end
-                step.pass_end_us = start_us + longest
+            remaining[step.rank] -= count
+            add_passes(step, start_us, longest, count)
+            if count > 1 and stop_us is not None:  # R62: no pass may pass the stop time uncut
+                step.stop_at(stop_us)  # (no step is carried with a stop time: each is new)
+                if step.segments is None:  # cut to one pass, which ends at the pass end
+                    step.pass_end_us = start_us + longest
         return steps[0].end_us
 
     def _end_pass(self, group: RankGroup, now_us: int) -> None:
-        """R83: at the pass end every rank's step ends, in rank order; then the worker is idle."""
+        """R83: at the pass end every rank's step ends, in rank order, but a step carried into
+        the next pass (one that may stand for more passes; none with a stop time, for
+        ``Worker.cut_step`` cuts a step of one pass); then the worker is idle."""
         steps = group.in_flight
         assert steps is not None
-        group.ended(steps[0].start_us, now_us, steps[0].repeat)
-        for step in steps:
-            self._step_ended(group.ranks[step.rank], step, now_us)
-        if steps[0].repeat > 1:  # R85: a run's later passes held the blocks the rank took
-            group.ran(group.ranks[steps[0].rank])
+        first = steps[0]
+        carry = group.carry
+        start_us = carry.start_us
+        if not first.barrier:  # one rank alone: its step, or its run of steps
+            group.ended(start_us, now_us, first.repeat)
+            rank = group.ranks[first.rank]
+            self._step_ended(rank, first, now_us)
+            if first.repeat > 1:  # R85: a run's later passes held the blocks the rank took
+                group.ran(rank)
+        else:  # passes of one period each
+            group.ended(start_us, now_us, (now_us - start_us) // carry.period_us)
+            carrying = self.stop_us is None
+            for step in steps:
+                if carrying and carry.remaining[step.rank] > 0:
+                    carry.steps[step.rank] = step
+                else:
+                    self._step_ended(group.ranks[step.rank], step, now_us)
         self._request_group_scheduling(group, now_us)
 
     # --- what the handlers share
@@ -455,8 +490,15 @@ class EventLoop:
         group = worker.group
         if group is not None:  # R83: it waits for the worker's next pass
             cut = False
+            remaining = group.carry.remaining
+            # R7: the arrivals at an instant come before the scheduling at it, so a pass in
+            # flight started before now, and its steps' passes before it ended before now
+            assert group.in_flight is None or group.carry.start_us < now_us
             for step in group.in_flight or ():  # a run of passes ends at the pass end at or
-                cut = step.truncate_at(now_us)  # after now, every rank's step alike
+                passes = step.repeat  # after now, every rank's step alike
+                cut = step.truncate_at(now_us)
+                remaining[step.rank] += passes - step.repeat  # the passes cut off are left
+            group.carry.close(worker.rank)  # its step may differ from the next pass on
             if cut:
                 group.completion_sequence = self._push_completion(step.end_us, group.index)
             self._request_group_scheduling(group, now_us)
@@ -486,9 +528,13 @@ class EventLoop:
 
     def _request_group_scheduling(self, group: RankGroup, now_us: int) -> None:
         """R83: an idle worker whose ranks have work schedules its next pass now, once."""
-        if group.in_flight is None and not group.schedule_pending and group.has_work():
-            group.schedule_pending = True
-            heapq.heappush(self.queue, (now_us, SCHEDULING, group.index, group.index))
+        if group.in_flight is not None or group.schedule_pending:
+            return
+        for rank in group.ranks:  # R83's "has work": a rank has a request running or waiting
+            if rank.running or rank.waiting:
+                group.schedule_pending = True
+                heapq.heappush(self.queue, (now_us, SCHEDULING, group.index, group.index))
+                return
 
     def _push_next_known(self) -> None:
         self.known_pending = next(self.known, -1)
