@@ -65,6 +65,30 @@ def _report(triple: Documents, *, runs: bool, trace: bool) -> bytes | str:
             patch.stop()
 
 
+#: The hand-derived tests' timing: 1 ms a step, 10 us a prefill token, 100 us a decoding request.
+SYNTHETIC_TIMING: dict[str, Any] = {
+    "document": "timing_profile",
+    "schema_version": "1.0",
+    "model": {
+        "kind": "synthetic_linear",
+        "step_overhead_ns": 1_000_000,
+        "prefill_token_ns": 10_000,
+        "decode_token_ns": 100_000,
+    },
+}
+
+
+def _traced(triple: Documents) -> loop.SimulationResult:
+    """The triple simulated with its steps recorded (runs and carried steps as they are)."""
+    scenario, workload, timing = triple
+    return simulate(
+        build_scenario(scenario),
+        build_workload(workload),
+        build_timing_profile(timing),
+        record_trace=True,
+    )
+
+
 def _valid(triple: Documents) -> bool:
     scenario, workload, _ = triple
     if scenario_problems(scenario, "scenario.json"):
@@ -108,24 +132,10 @@ def test_a_run_of_passes_of_two_decoding_ranks_is_one_event_per_run() -> None:
             {"id": "b", "arrival_us": 0, "prompt_tokens": 10, "max_output_tokens": 40},
         ],
     }
-    timing = {
-        "document": "timing_profile",
-        "schema_version": "1.0",
-        "model": {
-            "kind": "synthetic_linear",
-            "step_overhead_ns": 1_000_000,
-            "prefill_token_ns": 10_000,
-            "decode_token_ns": 100_000,
-        },
-    }
+    timing = copy.deepcopy(SYNTHETIC_TIMING)
     assert isinstance(build_timing_profile(timing).model, SyntheticLinearTiming)
     triple = (scenario, workload, timing)
-    result = simulate(
-        build_scenario(scenario),
-        build_workload(workload),
-        build_timing_profile(timing),
-        record_trace=True,
-    )
+    result = _traced(triple)
     assert result.steps is not None
     # pass 1 prefills both (2000 us, the longer); then both decode for 39 passes of 1100 us as
     # one run of each rank's step; then a alone (b finished) decodes its last 10: its step,
@@ -241,23 +251,9 @@ def test_a_join_at_a_pass_end_ends_the_step_its_rank_carries() -> None:
         {"id": "c", "arrival_us": 22000, "prompt_tokens": 100, "max_output_tokens": 3},
     ]
     workload = {"document": "workload", "schema_version": "1.0", "requests": requests}
-    timing = {
-        "document": "timing_profile",
-        "schema_version": "1.0",
-        "model": {
-            "kind": "synthetic_linear",
-            "step_overhead_ns": 1_000_000,
-            "prefill_token_ns": 10_000,
-            "decode_token_ns": 100_000,
-        },
-    }
+    timing = copy.deepcopy(SYNTHETIC_TIMING)
     triple = (scenario, workload, timing)
-    result = simulate(
-        build_scenario(scenario),
-        build_workload(workload),
-        build_timing_profile(timing),
-        record_trace=True,
-    )
+    result = _traced(triple)
     assert result.steps is not None
     assert [(step.rank, step.start_us, step.repeat) for step in result.steps] == [
         (0, 0, 1),
