@@ -221,7 +221,14 @@ def replay_reference(work: Path, log: TextIO) -> float | None:
     return timed([*command, "--output", str(work / "reference.json")], log)
 
 
-def row(arguments: argparse.Namespace, work: Path, log: TextIO, style: str, blocks: int) -> str:
+def row(
+    arguments: argparse.Namespace,
+    lines: list[dict[str, Any]],
+    work: Path,
+    log: TextIO,
+    style: str,
+    blocks: int,
+) -> str:
     """One style and cache: both replays, compared."""
     (work / "scenario.json").write_text(json.dumps(style_scenario(style, blocks)))
     reference_s = replay_reference(work, log)
@@ -238,22 +245,21 @@ def row(arguments: argparse.Namespace, work: Path, log: TextIO, style: str, bloc
         cells = unfinished(reference, missing)
     else:
         dynamo = json.loads((work / "dynamo.json").read_bytes())
-        cells = compare(trace_lines(arguments.trace), dynamo, reference)
+        cells = compare(lines, dynamo, reference)
     walls = f"{reference_s:.0f} / " + ("-" if dynamo_s is None else f"{dynamo_s:.0f}")
     return f"| {style} | {blocks:,} | " + " | ".join(cells) + f" | {walls} |"
 
 
-def over_the_cache(arguments: argparse.Namespace) -> list[str]:
+def over_the_cache(blocks_per_worker: list[int], lines: list[dict[str, Any]]) -> list[str]:
     """Per cache, how many requests need more tokens than a worker's whole cache.
 
     The reference rejects them at arrival (R10); Dynamo's replay stops on them
     (KVCACHE.md, R10), so where there are any Dynamo's vllm and sglang rows can fail.
     """
-    rows = trace_lines(arguments.trace)
     lines = []
-    for blocks in arguments.blocks:
+    for blocks in blocks_per_worker:
         tokens = blocks * ENGINE_BLOCK_TOKENS
-        over = sum(row["input_length"] + row["output_length"] > tokens for row in rows)
+        over = sum(line["input_length"] + line["output_length"] > tokens for line in lines)
         lines.append(
             f"- {blocks:,} blocks per worker ({tokens:,} tokens): {over:,} requests need "
             "more (prompt + output): the reference rejects them at arrival (R10; sglang's "
@@ -263,8 +269,8 @@ def over_the_cache(arguments: argparse.Namespace) -> list[str]:
     return ["", *lines]
 
 
-def page(arguments: argparse.Namespace, table: list[str]) -> str:
-    count = len(trace_lines(arguments.trace))
+def page(arguments: argparse.Namespace, lines: list[dict[str, Any]], table: list[str]) -> str:
+    count = len(lines)
     return "\n".join(
         [
             "# The scheduler styles on the Mooncake conversation trace: Dynamo and the reference",
@@ -280,7 +286,7 @@ def page(arguments: argparse.Namespace, table: list[str]) -> str:
             f"pass that decodes; engine blocks of {ENGINE_BLOCK_TOKENS} tokens, prefix caching "
             f"off; vllm and trtllm whole prefill, sglang chunks of {SGLANG_CHUNK:,} tokens. "
             "Latencies as mean / p50 / p99. Wall times on this shared 2-core machine.",
-            *over_the_cache(arguments),
+            *over_the_cache(arguments.blocks, lines),
             "",
             HEADER,
             "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -297,6 +303,7 @@ def main() -> int:
         style, blocks, out = arguments.dynamo_only
         run_dynamo(arguments.trace, style, int(blocks), Path(out))
         return 0
+    lines = trace_lines(arguments.trace)  # read once: every row is matched against it
     table = []
     with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryFile("w+") as log:
         work = Path(folder)
@@ -305,9 +312,9 @@ def main() -> int:
         (work / "timing-profile.json").write_text(json.dumps(mooncake.fixed_form_grid()))
         for blocks in arguments.blocks:
             for style in arguments.styles:
-                table.append(row(arguments, work, log, style, blocks))
+                table.append(row(arguments, lines, work, log, style, blocks))
                 print(table[-1], flush=True)
-    arguments.output.write_text(page(arguments, table))
+    arguments.output.write_text(page(arguments, lines, table))
     return 0
 
 
