@@ -328,9 +328,16 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
             "it reads scenario 1.4 but writes no report 6.0; an older report has no pools or "
             "ranks (R85, R86)"
         )
-    if "1.5" in schema_versions["scenario"] and "7.0" not in schema_versions["report"]:
+    if "1.5" in schema_versions["scenario"] and not any(
+        version_key(v) >= (7, 0) for v in schema_versions["report"]
+    ):
         problems.append(
             "it reads scenario 1.5 but writes no report 7.0; an older report has no scheduler "
             "styles (R95, R96)"
+        )
+    if "1.6" in schema_versions["scenario"] and "8.0" not in schema_versions["report"]:
+        problems.append(
+            "it reads scenario 1.6 but writes no report 8.0; an older report has no handoffs "
+            "(R107, R108)"
         )
     return problems

@@ -81,6 +81,22 @@ class UnrepresentableTime(ServesimError):
         )
 
 
+class UnrepresentableTransfer(UnrepresentableTime):
+    """A KV transfer would end after 2**53 - 1 microseconds (SPEC.md R103, R6): found when it
+    starts, as a step's end is found when the step is formed."""
+
+    def __init__(self, *, request: str, start_us: int, duration_us: int) -> None:
+        self.request = request
+        self.start_us = start_us
+        self.duration_us = duration_us
+        ServesimError.__init__(
+            self,
+            f"the KV transfer of request {request!r} starting at {start_us} us and lasting "
+            f"{duration_us} us would end after 9007199254740991 us, the largest time a report "
+            "can hold (SPEC.md R6, R103)",
+        )
+
+
 class UnrepresentableArrival(UnrepresentableTime):
     """A session's turn or a closed loop's unit would arrive after 2**53 - 1 microseconds
     (SPEC.md R59, R6): found when it is released, as a step's end is found when it is formed."""

@@ -480,6 +480,36 @@ def _worker_7_0(worker: Mapping[str, Any]) -> dict[str, Any]:
     return _with_member(upgraded, "style", "vllm")
 
 
+def report_7_0_to_8_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 7.0 to 8.0 (R108): the report of an aggregated fleet.
+
+    Exact, not a guess: a 7.0 report comes from a scenario without pool roles (scenario 1.6
+    and report 8.0 came together), where no request is handed off and nothing is transferred.
+    """
+    upgraded = dict(report)
+    upgraded["requests"] = [
+        _with_member(request, "handoff", None) for request in report["requests"]
+    ]
+    upgraded["workers"] = [_worker_8_0(worker) for worker in report["workers"]]
+    upgraded["pools"] = [
+        _with_member(_with_handoffs_8_0(pool), "role", None) for pool in report["pools"]
+    ]
+    upgraded["summary"] = _with_member(report["summary"], "transfers", None)
+    return upgraded
+
+
+def _with_handoffs_8_0(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """R108: a worker's, rank's or pool's ``handed_off`` and ``activated``, both 0."""
+    return _with_member(_with_member(entry, "handed_off", 0), "activated", 0)
+
+
+def _worker_8_0(worker: Mapping[str, Any]) -> dict[str, Any]:
+    """R108: the handoff counts on the worker and on each of its ranks."""
+    upgraded = _with_handoffs_8_0(worker)
+    upgraded["ranks"] = [_with_handoffs_8_0(rank) for rank in worker["ranks"]]
+    return upgraded
+
+
 def _trace_entry_7_0(entry: Mapping[str, Any]) -> dict[str, Any]:
     """R96: ``kind`` from the shape, ``retracted`` [] and ``new_token_ratio`` null."""
     shape = entry["shape"]
@@ -635,6 +665,24 @@ CHAIN = MigrationChain(
             target="1.5",
             summary="relabel: 1.5 adds scheduler.style and scheduler.sglang, which 1.4 "
             "scenarios do not use (R96)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="7.0",
+            target="8.0",
+            summary="adds the values of an aggregated fleet (R108: a 7.0 report comes from a "
+            "scenario without pool roles): handoff null per request, handed_off 0 and activated "
+            "0 per worker, rank and pool, role null per pool, and transfers null in the summary "
+            "(R107)",
+            upgrade=report_7_0_to_8_0,
+        ),
+        Migration(
+            kind="scenario",
+            source="1.5",
+            target="1.6",
+            summary="relabel: 1.6 adds the pools' role, kv_transfer and routing.decode, which "
+            "1.5 scenarios do not use (R108)",
             upgrade=relabel,
         ),
     ),

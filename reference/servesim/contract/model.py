@@ -24,6 +24,9 @@ PrefillMode = Literal["whole", "chunked"]
 #: R88: how a worker forms its steps; ``"vllm"`` is sections 5 and 11, the default.
 SchedulerStyle = Literal["vllm", "sglang", "trtllm"]
 
+#: R97: a pool's part in a disaggregated fleet.
+PoolRole = Literal["prefill", "decode"]
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -69,6 +72,9 @@ class Routing:
     seed: int | None = None
     prefill_weight: int = 1
     load_weight: int = 1
+    decode: Routing | None = None
+    """R99: how a disaggregated fleet routes on its decode pools (``round_robin`` when the
+    scenario gives none); ``None`` in an aggregated fleet."""
 
     @property
     def state_aware(self) -> bool:
@@ -146,6 +152,25 @@ class Pool:
     dp_size: int = 1
     weight: int = 1
     """R81: each of its workers' weight under ``"weighted_round_robin"``."""
+    role: PoolRole | None = None
+    """R97: ``"prefill"`` or ``"decode"`` in a disaggregated fleet, ``None`` otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class KvTransfer:
+    """R97, R103: how a prefill worker's KV cache reaches a decode worker."""
+
+    bytes_per_token: int
+    bandwidth_bytes_per_s: int
+    base_latency_us: int
+    full_prompt: bool = False
+    """R103: whether the whole prompt is sent (``"full_prompt"``) rather than what the decode
+    scheduler lacks (``"destination_missing"``)."""
+
+    def transfer_us(self, tokens: int) -> int:
+        """R103: ``L + ceil(t * b * 10^6 / W)``, exactly (Python's integers do not overflow)."""
+        sent = tokens * self.bytes_per_token * 1_000_000
+        return self.base_latency_us + -(-sent // self.bandwidth_bytes_per_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +197,18 @@ class Scenario:
     """R63: the objectives; ``None`` leaves ``slo_met`` and ``goodput`` out of the report."""
     pools: tuple[Pool, ...] = ()
     """R77: the pools in order; filled with the one ``"default"`` pool when left empty."""
+    kv_transfer: KvTransfer | None = None
+    """R97: set exactly when the fleet is disaggregated (its pools have roles)."""
 
     def __post_init__(self) -> None:
         if not self.pools:
             default = Pool(DEFAULT_POOL, self.workers, self.scheduler, self.kv_cache)
             object.__setattr__(self, "pools", (default,))
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether the pools have roles (R97): prefill on some, decode on others."""
+        return self.kv_transfer is not None
 
     @property
     def has_cache(self) -> bool:

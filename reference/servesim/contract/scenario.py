@@ -13,6 +13,7 @@ from servesim.contract.model import (
     DEFAULT_POOL,
     ClosedLoop,
     KvCache,
+    KvTransfer,
     Pool,
     Routing,
     Scenario,
@@ -31,6 +32,7 @@ def scenario_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     every running request in one step, and R77's checks of the pools."""
     problems = [InputProblem(file, where, reason) for where, reason in _limits_problems(value)]
     pools = value["fleet"].get("pools")
+    problems.extend(InputProblem(file, where, reason) for where, reason in _role_problems(value))
     if pools is not None:
         problems.extend(
             InputProblem(file, where, reason) for where, reason in _pool_problems(value)
@@ -115,6 +117,71 @@ def _limits_problems(value: dict[str, Any]) -> list[tuple[str, str]]:
     return problems
 
 
+def _role_problems(value: dict[str, Any]) -> list[tuple[str, str]]:
+    """R97: a disaggregated fleet (pools with roles) has every role, a transfer, a cache and no
+    sglang style on every pool, and no weight on a decode pool; an aggregated one has neither a
+    transfer nor a decode router."""
+    pools: list[dict[str, Any]] = value["fleet"].get("pools", [])
+    roles = [pool.get("role") for pool in pools]
+    if not any(roles):
+        return [
+            (pointer, f"{member} is only for a fleet whose pools have roles (R97)")
+            for pointer, member, present in (
+                ("/kv_transfer", "kv_transfer", "kv_transfer" in value),
+                ("/routing/decode", "routing.decode", "decode" in value["routing"]),
+            )
+            if present
+        ]
+    problems: list[tuple[str, str]] = []
+    if None in roles:
+        index = roles.index(None)
+        problems.append(
+            (
+                f"/fleet/pools/{index}",
+                "this pool has no role beside pools with one; expected every pool to have "
+                'role "prefill" or "decode" (R97)',
+            )
+        )
+    for role in ("prefill", "decode"):
+        if role not in roles:
+            problems.append(
+                (
+                    "/fleet/pools",
+                    f'no pool has role "{role}"; a disaggregated fleet needs both (R97)',
+                )
+            )
+    if "kv_transfer" not in value:
+        problems.append(("", "a fleet whose pools have roles needs kv_transfer (R97)"))
+    for index, pool in enumerate(pools):
+        where = f"/fleet/pools/{index}"
+        if pool.get("kv_cache", value.get("kv_cache")) is None:
+            problems.append(
+                (
+                    where,
+                    "a pool of a disaggregated fleet needs a kv_cache, its own or the "
+                    "scenario's (R97)",
+                )
+            )
+        own = "scheduler" in pool
+        if pool.get("scheduler", value["scheduler"]).get("style") == "sglang":
+            problems.append(
+                (
+                    (where if own else "") + "/scheduler/style",
+                    'style "sglang" is not allowed in a disaggregated fleet: its handoff is '
+                    'destination-first; expected "vllm" or "trtllm" (R97)',
+                )
+            )
+        if pool.get("role") == "decode" and "weight" in pool:
+            problems.append(
+                (
+                    where + "/weight",
+                    "a decode pool has no weight: weighted round robin routes "
+                    "the prefill side only (R97, R99)",
+                )
+            )
+    return list(dict.fromkeys(problems))  # the scenario's own sglang limits, reported once
+
+
 def _pool_problems(value: dict[str, Any]) -> list[tuple[str, str]]:
     """R77's checks across pools, each at the pointer R77 names."""
     pools: list[dict[str, Any]] = value["fleet"]["pools"]
@@ -164,6 +231,8 @@ def _cache_aware_problems(
     compares blocks across workers); the first pool that breaks it is reported."""
     block_tokens = None
     for index, pool in enumerate(pools):
+        if pool.get("role") == "decode":  # R97: the decode side is not routed by it
+            continue
         own = "kv_cache" in pool
         cache = pool.get("kv_cache", value.get("kv_cache"))
         where = f"/fleet/pools/{index}" + ("/kv_cache" if own else "")
@@ -198,6 +267,8 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
     limits = _limits(scheduler)
     cache = _kv_cache(kv_cache)
     pools = _pools(value["fleet"], limits, cache)
+    transfer = value.get("kv_transfer")
+    decode = routing.get("decode", {"policy": "round_robin"}) if transfer is not None else None
     return Scenario(
         workers=sum(pool.workers for pool in pools),
         routing=Routing(
@@ -205,6 +276,7 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
             seed=routing.get("seed"),
             prefill_weight=routing.get("prefill_weight", 1),
             load_weight=routing.get("load_weight", 1),
+            decode=None if decode is None else Routing(decode["policy"], decode.get("seed")),
         ),
         scheduler=limits,
         kv_cache=cache,
@@ -218,6 +290,14 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
             e2e_us=slo.get("e2e_us"),
         ),
         pools=pools,
+        kv_transfer=None
+        if transfer is None
+        else KvTransfer(
+            bytes_per_token=transfer["bytes_per_token"],
+            bandwidth_bytes_per_s=transfer["bandwidth_bytes_per_s"],
+            base_latency_us=transfer["base_latency_us"],
+            full_prompt=transfer.get("mode") == "full_prompt",
+        ),
     )
 
 
@@ -261,6 +341,7 @@ def _pools(
             kv_cache=_kv_cache(pool["kv_cache"]) if "kv_cache" in pool else cache,
             dp_size=pool.get("dp_size", 1),
             weight=pool.get("weight", 1),
+            role=pool.get("role"),
         )
         for pool in fleet["pools"]
     )

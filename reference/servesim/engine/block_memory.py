@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from servesim.contract.model import KvCache
 from servesim.engine.kv.cache import BlockCache
 from servesim.engine.kv.counters import KvCacheCounters
+from servesim.engine.kv.held import HeldBlocks
 from servesim.engine.kv.identities import (
     NO_IDENTITIES,
     BlockIdentities,
@@ -135,6 +136,34 @@ class BlockMemory:
         cache.take(state.blocks, cache.blocks_for(cached) - hit)
         state.cached_tokens = cached
         self.counters.reused_tokens += hit * cache.block_tokens
+
+    def reserve(self, state: RequestState, *, reuse: bool) -> int | None:
+        """R102: the blocks of the request's whole prompt on this decode scheduler: its decode
+        hit (``reuse``: blocks 0 to h-1 identified and registered here, a whole prompt allowed,
+        for nothing is computed at activation) and ``ceil(prompt_tokens / B) - h`` more, if
+        that many are free or cached beyond its hit blocks. Its hit blocks, or ``None`` when
+        they are not (nothing is then taken). Its blocks on the prefill side are no longer
+        ``state.blocks`` (``handoff.Handoff.source_blocks``)."""
+        cache = self.cache
+        state.identities = None  # R47: identities are of this cache's block size
+        identities = self.identities(state)
+        prompt = state.request.prompt_tokens
+        hit, cached_hits = cache.hit(identities, prompt // cache.block_tokens) if reuse else (0, 0)
+        needed = cache.blocks_for(prompt) - hit
+        if needed > cache.free + cache.cached_count - cached_hits:
+            return None
+        state.blocks = HeldBlocks(identities=identities)
+        cache.hold(state.blocks, hit)
+        cache.take(state.blocks, needed)
+        state.cached_tokens = prompt
+        self.counters.reused_tokens += hit * cache.block_tokens
+        return hit
+
+    def activated(self, state: RequestState, hit: int) -> None:
+        """R104: the blocks the transfer filled (all but the hit ones) are registered now, in
+        block order, under R47's rule."""
+        cache = self.cache
+        cache.register(state.blocks, hit * cache.block_tokens, state.request.prompt_tokens)
 
     def held_hit_blocks(self, state: RequestState) -> int:
         """R93's a: of the offered request's hit blocks, those running requests hold."""

@@ -18,8 +18,13 @@ import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from servesim.contract.errors import UnrepresentableArrival, UnrepresentableTime
+from servesim.contract.errors import (
+    UnrepresentableArrival,
+    UnrepresentableTime,
+    UnrepresentableTransfer,
+)
 from servesim.contract.model import (
+    KvTransfer,
     Pool,
     Scenario,
     Slo,
@@ -33,6 +38,7 @@ from servesim.engine.block_memory import BlockMemory
 from servesim.engine.decode_runs import keeps_router_view, plan_run, steps_to_first_completion
 from servesim.engine.fleet_view import FirstBlocks, FleetView
 from servesim.engine.formation import make_formation
+from servesim.engine.handoff import activate, hand_off, try_reservations
 from servesim.engine.kv.identities import HashPrefixes
 from servesim.engine.memory import Memory, UnlimitedMemory
 from servesim.engine.passes import RankGroup, add_passes
@@ -47,9 +53,10 @@ MAX_TIME_US = (1 << 53) - 1
 #: R7's priorities, lowest first, as the kinds of event in the queue's key; R62's stop time
 #: comes after the completions at it and before anything else at it.
 STEP_COMPLETION = 0
-STOP = 1
-ARRIVAL = 2
-SCHEDULING = 3
+TRANSFER_END = 1
+STOP = 2
+ARRIVAL = 3
+SCHEDULING = 4
 
 #: How many arrivals pass between two calls of a progress callback.
 PROGRESS_EVERY = 2048
@@ -79,6 +86,8 @@ class SimulationResult:
     pools: tuple[Pool, ...] = ()
     """R77: the scenario's pools, whose workers ``units`` lists in order; empty means one pool
     ``"default"`` of every worker."""
+    transfer: KvTransfer | None = None
+    """R97: a disaggregated fleet's KV transfer, which ``summary.transfers`` reads (R107)."""
 
 
 def simulate(
@@ -105,6 +114,7 @@ def simulate(
         slo=scenario.slo,
         units=loop.units,
         pools=scenario.pools,
+        transfer=scenario.kv_transfer,
     )
 
 
@@ -125,26 +135,33 @@ def make_workers(
 ) -> tuple[list[Worker], list[Worker | RankGroup]]:
     """R16, R45, R77, R78: the fleet's schedulers (every rank of every worker, in order of
     worker then rank), each with its pool's memory, formation policy and timing; and each
-    worker, in global order: its one scheduler, or the group of its ranks."""
+    worker, in global order: its one scheduler, or the group of its ranks. In a disaggregated
+    fleet (R97) each side's schedulers are numbered among themselves (``side_index``), and
+    the decode side's caches tell no cache-aware router where they registered a block."""
     schedulers: list[Worker] = []
     units: list[Worker | RankGroup] = []
     prefixes = HashPrefixes()  # section 11: each rank has its own cache; hashes are one naming
     unlimited = UnlimitedMemory()  # it keeps nothing: one serves all
+    on_side = {None: 0, "prefill": 0, "decode": 0}
+    decode_blocks = FirstBlocks()  # R99: nobody routes by the decode side's caches
     for pool_index, pool in enumerate(scenario.pools):
         formation = make_formation(pool.scheduler)
         timing = None if timings is None else timings[pool_index]
+        role = pool.role
         for _ in range(pool.workers):
             index = len(units)
             group = None if pool.dp_size == 1 else RankGroup(index, pool.dp_size)
             for rank in range(pool.dp_size):
+                side_index = on_side[role]
+                on_side[role] += 1
                 memory: Memory = unlimited
                 if pool.kv_cache is not None:
                     memory = BlockMemory(
-                        len(schedulers),
+                        side_index,
                         pool.kv_cache,
                         workload.prefix_hash_block_tokens,
                         prefixes,
-                        first_blocks,
+                        decode_blocks if role == "decode" else first_blocks,
                         # read mid-run: no run evicts
                         registry_watched=scenario.routing.state_aware,
                     )
@@ -156,7 +173,9 @@ def make_workers(
                     rank=rank,
                     scheduler=len(schedulers),
                     group=group,
+                    role=role,
                 )
+                worker.side_index = side_index
                 schedulers.append(worker)
                 if group is not None:
                     group.ranks.append(worker)
@@ -170,6 +189,12 @@ class EventLoop:
     __slots__ = (
         "arrivals",
         "arrived",
+        "decode_router",
+        "decode_state_aware",
+        "decode_units",
+        "decode_view",
+        "decode_workers",
+        "disaggregated",
         "fleet_view",
         "horizon",
         "known",
@@ -177,15 +202,19 @@ class EventLoop:
         "pool_limits",
         "progress",
         "queue",
+        "ready",
         "records_cached",
         "releases",
         "requests",
+        "route_units",
+        "route_workers",
         "router",
         "sequence",
         "state_aware",
         "states",
         "steps",
         "stop_us",
+        "transfer",
         "units",
         "uses_context",
         "workers",
@@ -200,9 +229,10 @@ class EventLoop:
         record_trace: bool = False,
         progress: ProgressCallback | None = None,
     ) -> None:
-        #: R79: every distinct pair of limits and cache of the pools, which rejection reads
+        #: R79, R100: every distinct triple of limits, cache and role of the pools, which
+        #: rejection reads
         self.pool_limits = list(
-            dict.fromkeys((pool.scheduler, pool.kv_cache) for pool in scenario.pools)
+            dict.fromkeys((pool.scheduler, pool.kv_cache, pool.role) for pool in scenario.pools)
         )
         timings = pool_timings(scenario, timing)
         self.state_aware = scenario.routing.state_aware
@@ -216,13 +246,41 @@ class EventLoop:
             for _ in range(pool.workers * pool.dp_size)
         ]
         self.records_cached = records if any(records) else None
+        #: R97: a disaggregated fleet's KV transfer, ``None`` in an aggregated fleet
+        self.transfer = scenario.kv_transfer
+        self.disaggregated = self.transfer is not None
+        #: R99: an arrival is routed among the prefill side's workers (every worker, when
+        #: aggregated), its prefill's end among the decode side's
+        arriving = "prefill" if self.disaggregated else None
+        self.route_workers = [worker for worker in self.workers if worker.role == arriving]
+        self.route_units = [unit for unit in self.units if _role(unit) == arriving]
         #: R80, R82: a state-aware router chooses among the schedulers, the others a worker
-        weights = [pool.weight for pool in scenario.pools for _ in range(pool.workers)]
+        weights = [
+            pool.weight
+            for pool in scenario.pools
+            if pool.role == arriving
+            for _ in range(pool.workers)
+        ]
         self.router = make_router(
-            scenario.routing, len(self.workers) if self.state_aware else len(self.units), weights
+            scenario.routing,
+            len(self.route_workers) if self.state_aware else len(self.route_units),
+            weights,
         )
         #: what a router sees (R54); its request is set at each arrival
-        self.fleet_view = FleetView(self.workers, first_blocks)
+        self.fleet_view = FleetView(self.route_workers, first_blocks)
+        self.decode_workers = [worker for worker in self.workers if worker.role == "decode"]
+        self.decode_units = [unit for unit in self.units if _role(unit) == "decode"]
+        decode = scenario.routing.decode
+        self.decode_state_aware = decode is not None and decode.state_aware
+        self.decode_router = None
+        if decode is not None:
+            self.decode_router = make_router(
+                decode,
+                len(self.decode_workers) if self.decode_state_aware else len(self.decode_units),
+            )
+        self.decode_view = FleetView(self.decode_workers, FirstBlocks())
+        #: R104: per decode worker, its requests whose transfer ended while it was in a pass
+        self.ready: dict[int, list[RequestState]] = {}
         self.requests = workload.requests
         self.states = [RequestState(request, i) for i, request in enumerate(workload.requests)]
         self.steps: list[Step] | None = [] if record_trace else None
@@ -252,7 +310,13 @@ class EventLoop:
             heapq.heappush(self.queue, (self.stop_us, STOP, 0, 0))
         queue = self.queue
         pop = heapq.heappop
-        handlers = (self.step_completion, self.stop, self.arrival, self.scheduling)
+        handlers = (
+            self.step_completion,
+            self.transfer_end,
+            self.stop,
+            self.arrival,
+            self.scheduling,
+        )
         while queue:
             now_us, kind, order, subject = pop(queue)
             handlers[kind](now_us, order, subject)
@@ -274,7 +338,23 @@ class EventLoop:
         assert step is not None
         worker.in_flight = None
         self._step_ended(worker, step, now_us)
+        if self.disaggregated:
+            self._pass_ended(worker, [worker], now_us)
         self._request_scheduling(worker, now_us)
+
+    def transfer_end(self, now_us: int, order: int, position: int) -> None:
+        """R104: a request's KV transfer ends: it is activated now on an idle decode worker,
+        or at the end of the pass in flight there (Ready)."""
+        state = self.states[position]
+        handoff = state.handoff
+        assert handoff is not None
+        assert handoff.decode is not None
+        handoff.transfer_end_us = now_us
+        index = handoff.decode.index
+        if self.units[index].in_flight is None:
+            self._activate(state, now_us)
+        else:  # events come in (time, position) order, which is R104's order of activation
+            self.ready.setdefault(index, []).append(state)
 
     def stop(self, now_us: int, order: int, subject: int) -> None:
         """R62: nothing at or after the stop time happens but the completions at it: the
@@ -308,6 +388,9 @@ class EventLoop:
             self._start_pass(worker, now_us)
             return
         step = worker.form_step(now_us)
+        if step is None:  # R101: no token, no step; R102 (c): its reservations are tried
+            self._try_reservations(worker, now_us)
+            return
         if self.uses_context:  # C costs a sum over the decoding requests: only when it is read
             step.context_tokens = context_tokens(step.decode)
         timing = worker.timing
@@ -316,7 +399,8 @@ class EventLoop:
         if now_us + duration > MAX_TIME_US:
             raise UnrepresentableTime(worker=index, start_us=now_us, duration_us=duration)
         steps = self.steps
-        plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
+        if not self.disaggregated:  # no decode runs where handoffs change a worker mid-run
+            plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
         stop_us = self.stop_us
         if stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(stop_us)
@@ -354,6 +438,9 @@ class EventLoop:
                 if not (rank.running or rank.waiting):
                     continue
                 step = rank.form_step(now_us)
+                if step is None:  # R101: no token, no step; R102 (c): reservations tried
+                    self._try_reservations(rank, now_us)
+                    continue
                 if self.uses_context:
                     step.context_tokens = context_tokens(step.decode)
                 # R43: the first step out of coverage, in rank order, decides (its siblings'
@@ -362,6 +449,8 @@ class EventLoop:
             steps.append(step)
             if step.duration_us > longest:
                 longest = step.duration_us
+        if not steps:  # R101: no rank gave a token: the worker stays idle
+            return
         end_us = now_us + longest
         if end_us > MAX_TIME_US:
             raise UnrepresentableTime(worker=group.index, start_us=now_us, duration_us=longest)
@@ -388,7 +477,8 @@ class EventLoop:
         (exact while nobody joins any rank of the worker: ``_route`` cuts the run then)."""
         timing = rank.timing
         assert timing is not None
-        plan_run(step, rank, timing.model, MAX_TIME_US, self.steps is not None)
+        if not self.disaggregated:  # no decode runs where handoffs change a worker mid-run
+            plan_run(step, rank, timing.model, MAX_TIME_US, self.steps is not None)
         if self.stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(self.stop_us)
         assert not self.state_aware or keeps_router_view(step, rank.memory), (
@@ -402,7 +492,8 @@ class EventLoop:
         else until its first decoding request's last token."""
         timing = rank.timing
         if (
-            step.prefill
+            self.disaggregated  # no decode runs where handoffs change a worker mid-run
+            or step.prefill
             or not step.decode
             or not rank.memory.unlimited
             or timing is None
@@ -457,6 +548,8 @@ class EventLoop:
                     carry.steps[step.rank] = step
                 else:
                     self._step_ended(group.ranks[step.rank], step, now_us)
+        if self.disaggregated:
+            self._pass_ended(group, group.ranks, now_us)
         self._request_group_scheduling(group, now_us)
 
     # --- what the handlers share
@@ -465,7 +558,7 @@ class EventLoop:
         """R20, R51: a scheduler's step ends; what it finished may release arrivals."""
         finished = worker.complete_step(step)
         if finished:
-            self.router.counters_changed(self.fleet_view, worker.scheduler)  # R54
+            self._counters_changed(worker)  # R54
             if self.releases:
                 released_by = self.arrivals.released_by
                 for state in finished:
@@ -479,14 +572,16 @@ class EventLoop:
         fleet_view.request = state
         chosen = self.router.route(fleet_view)
         if self.state_aware:  # R82: the router chose a (worker, rank)
-            worker = self.workers[chosen]
+            worker = self.route_workers[chosen]
         else:  # R80: the router chose a worker, its rotation chooses the rank
-            unit = self.units[chosen]
+            unit = self.route_units[chosen]
             worker = unit.next_rank() if isinstance(unit, RankGroup) else unit
         if self.records_cached is not None and self.records_cached[worker.scheduler]:
-            state.cached_blocks_at_routing = fleet_view.cached(worker.scheduler)
+            state.cached_blocks_at_routing = fleet_view.cached(worker.side_index)
+        if self.disaggregated:  # R100: a request of one output token on the prefill side
+            state.output_limit = 1
         worker.enqueue(state)
-        self.router.counters_changed(fleet_view, worker.scheduler)
+        self.router.counters_changed(fleet_view, worker.side_index)
         group = worker.group
         if group is not None:  # R83: it waits for the worker's next pass
             cut = False
@@ -507,6 +602,85 @@ class EventLoop:
         if run is not None and run.truncate_at(now_us):
             worker.completion_sequence = self._push_completion(run.end_us, worker.index)
         self._request_scheduling(worker, now_us)
+
+    # --- section 17: a disaggregated fleet's handoffs (``servesim.engine.handoff``)
+
+    def _pass_ended(self, unit: Worker | RankGroup, ranks: list[Worker], now_us: int) -> None:
+        """R100, R104, R102 (b): at a pass end, after every rank's step ended: a prefill
+        worker's new Held requests are routed on the decode side, in rank order then running
+        order; a decode worker's Ready requests are activated, then its ranks' reservation
+        queues are tried, in rank order."""
+        if ranks[0].role == "prefill":
+            for rank in ranks:
+                if rank.handed:
+                    handed, rank.handed = rank.handed, []
+                    self._counters_changed(rank)  # R99: their prefill ended
+                    for state in handed:
+                        self._hand_off(state, rank, now_us)
+            return
+        for state in self.ready.pop(unit.index, ()):
+            self._activate(state, now_us)
+        for rank in ranks:
+            self._try_reservations(rank, now_us)
+
+    def _hand_off(self, state: RequestState, source: Worker, now_us: int) -> None:
+        """R99, R100: route a Held request on the decode side; it joins that scheduler's
+        reservation queue, which is tried."""
+        router = self.decode_router
+        assert router is not None
+        view = self.decode_view
+        view.request = state
+        chosen = router.route(view)
+        if self.decode_state_aware:
+            decode = self.decode_workers[chosen]
+        else:
+            unit = self.decode_units[chosen]
+            decode = unit.next_rank() if isinstance(unit, RankGroup) else unit
+        hand_off(state, source, decode, now_us)
+        router.counters_changed(view, decode.side_index)
+        self._try_reservations(decode, now_us)
+
+    def _try_reservations(self, decode: Worker, now_us: int) -> None:
+        """R102, R103: the reservations its queue's head and those after it get now, each
+        starting its transfer, whose end is an event (R104)."""
+        if not decode.pending:
+            return
+        transfer = self.transfer
+        assert transfer is not None
+        for state in try_reservations(decode, transfer, now_us):
+            handoff = state.handoff
+            assert handoff is not None
+            assert handoff.transfer_us is not None
+            end_us = now_us + handoff.transfer_us
+            if end_us > MAX_TIME_US:
+                raise UnrepresentableTransfer(
+                    request=state.request.id, start_us=now_us, duration_us=handoff.transfer_us
+                )
+            heapq.heappush(self.queue, (end_us, TRANSFER_END, state.position, state.position))
+
+    def _activate(self, state: RequestState, now_us: int) -> None:
+        """R104: the request joins its decode scheduler's running list; its prefill scheduler
+        releases its blocks (R101: and may then form a step); both workers, if idle, schedule."""
+        source = activate(state, now_us)
+        handoff = state.handoff
+        assert handoff is not None
+        assert handoff.decode is not None
+        self._request_unit_scheduling(self.units[source.index], now_us)
+        self._request_unit_scheduling(self.units[handoff.decode.index], now_us)
+
+    def _request_unit_scheduling(self, unit: Worker | RankGroup, now_us: int) -> None:
+        if isinstance(unit, RankGroup):
+            self._request_group_scheduling(unit, now_us)
+        else:
+            self._request_scheduling(unit, now_us)
+
+    def _counters_changed(self, worker: Worker) -> None:
+        """R54, R99: a scheduler's counts changed; the router of its side hears of it."""
+        if worker.role == "decode":
+            assert self.decode_router is not None
+            self.decode_router.counters_changed(self.decode_view, worker.side_index)
+        else:
+            self.router.counters_changed(self.fleet_view, worker.side_index)
 
     def _push_completion(self, time_us: int, index: int) -> int:
         """R7: a step completion, ordered by creation: a run of steps (one completion for
@@ -571,3 +745,8 @@ class EventLoop:
             if state.terminal_us is None:
                 state.terminal_us = stop_us
                 state.cut_off = True
+
+
+def _role(unit: Worker | RankGroup) -> str | None:
+    """R97: the role of a worker's pool."""
+    return unit.ranks[0].role if isinstance(unit, RankGroup) else unit.role

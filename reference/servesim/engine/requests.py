@@ -7,11 +7,15 @@ applies its steps (R20), the worker's memory gives it blocks (R46), and the repo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from servesim.contract.model import Request
 from servesim.engine.kv.held import HeldBlocks
 from servesim.engine.kv.identities import BlockIdentities
 from servesim.engine.token_times import TokenTimes
+
+if TYPE_CHECKING:
+    from servesim.engine.handoff import Handoff
 
 
 @dataclass(slots=True, eq=False)
@@ -59,9 +63,20 @@ class RequestState:
     cached_blocks_at_routing: int | None = None
     """R54, R57: cached(w, r) at the worker it joined, when a state-aware policy routed it
     with prefix caching on."""
+    hidden: int = 0
+    """R105: tokens it produced that are no client's, which count in its context and its
+    recompute (R22, R48) but not in ``token_times_us``: 1 once a disaggregated fleet has
+    activated it on its decode side (its prefill's hidden token, R100), else 0."""
+    output_limit: int = field(init=False)
+    """The output tokens it may produce where it is: its ``max_output_tokens``, or 1 on a
+    disaggregated fleet's prefill side (R100), which R93's footprint reads."""
+    handoff: Handoff | None = None
+    """R100 to R104: its way from its prefill worker to its decode worker, once its prefill
+    has ended in a disaggregated fleet."""
 
     def __post_init__(self) -> None:
         self.prefill_target = self.request.prompt_tokens
+        self.output_limit = self.request.max_output_tokens
 
     def prefill(self, tokens: int) -> None:
         """R20, R51: ``tokens`` more tokens were prefilled (or recomputed)."""

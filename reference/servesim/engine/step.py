@@ -144,7 +144,9 @@ class Step:
 
 def context_tokens(decode: list[RequestState]) -> int:
     """R22's C: the decoding requests' prompt plus generated tokens, now."""
-    return sum(state.request.prompt_tokens + state.token_times_us.count for state in decode)
+    return sum(
+        state.request.prompt_tokens + state.token_times_us.count + state.hidden for state in decode
+    )
 
 
 def step_duration(step: Step, timing: TimingProfile) -> int:

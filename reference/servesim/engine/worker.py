@@ -33,13 +33,17 @@ class Worker:
     """A worker's queues and counters (R16); never a thread, a task or a server."""
 
     __slots__ = (
+        "activated",
         "busy_us",
         "completed",
         "completion_sequence",
         "decode_tokens",
         "formation",
         "group",
+        "handed",
+        "handed_off",
         "in_flight",
+        "incoming",
         "index",
         "itl_gaps",
         "kv_counters",
@@ -49,16 +53,19 @@ class Worker:
         "outstanding",
         "peak_running",
         "peak_waiting",
+        "pending",
         "preempted",
         "prefill_tokens",
         "rank",
         "ratio",
         "refused_blocks",
         "retracted",
+        "role",
         "routed",
         "running",
         "schedule_pending",
         "scheduler",
+        "side_index",
         "step_ends",
         "steps",
         "timing",
@@ -75,6 +82,7 @@ class Worker:
         rank: int = 0,
         scheduler: int | None = None,
         group: RankGroup | None = None,
+        role: str | None = None,
     ) -> None:
         self.index = index
         """Its worker's global index (R78)."""
@@ -131,6 +139,21 @@ class Worker:
         """R54: the requests routed here that have not completed (a preempted one stays)."""
         self.load_blocks = 0
         """R54: those requests' prompts in blocks (``prompt_blocks``); 0 without a cache."""
+        self.role = role
+        """R97: ``"prefill"`` or ``"decode"`` in a disaggregated fleet, else ``None``."""
+        self.side_index = self.scheduler
+        """R99: its place among the schedulers of its side (its router's index for it, when
+        the router chooses schedulers); in an aggregated fleet, ``scheduler``."""
+        self.handed: list[RequestState] = []
+        """R100: the requests its step ended last made Held, in running order."""
+        self.pending: deque[RequestState] = deque()
+        """R102: a decode scheduler's reservation queue."""
+        self.incoming: list[RequestState] = []
+        """R102: a decode scheduler's Transferring and Ready requests, which hold seats."""
+        self.handed_off = 0
+        """R107: the requests whose prefill ended here."""
+        self.activated = 0
+        """R107: the requests activated here."""
 
     def enqueue(self, state: RequestState) -> None:
         """R12: an accepted request joins the tail of the waiting queue."""
@@ -149,10 +172,11 @@ class Worker:
         """R88: the style of its pool's limits, which forms its steps."""
         return self.formation.style
 
-    def form_step(self, now_us: int) -> Step:
+    def form_step(self, now_us: int) -> Step | None:
         """R16: the step starting now, as its formation policy forms it (R17 to R19, R50;
         R90, R93 for the other styles), with what its memory says of it (R52); untimed
-        (``duration_us`` 0) and of one step."""
+        (``duration_us`` 0) and of one step. ``None`` when it has no token (R101: only in a
+        disaggregated fleet), which is not started."""
         if self.preempted:
             self.preempted = []
         if self.retracted:
@@ -160,7 +184,9 @@ class Worker:
         self.refused_blocks = 0
         ratio = self.ratio  # R89: the value admission uses, before the step changes it
         decode, prefill = self.formation.form(self, now_us)
-        assert decode or prefill, "R16: a worker with work always forms a non-empty step"
+        if not (decode or prefill):  # R101: held blocks or reservations left no token
+            assert self.role is not None, "R16: a worker with work always forms a non-empty step"
+            return None
         self.peak_running = max(self.peak_running, len(self.running))
         step = Step(self.index, now_us, 0, decode, prefill, rank=self.rank, new_token_ratio=ratio)
         if self.retracted:
@@ -216,6 +242,8 @@ class Worker:
             for state in self.running
             if state.token_times_us.count == state.request.max_output_tokens
         ]
+        if self.role == "prefill":  # R100: a prefill that ended is Held, not completed
+            self._hold_prefilled(step)
         if finished:
             for state in finished:
                 state.terminal_us = end
@@ -236,6 +264,21 @@ class Worker:
         self.formation.step_ended(self, step)  # R89: the ratio's later decays and its reset
         return finished
 
+    def _hold_prefilled(self, step: Step) -> None:
+        """R100: the requests whose prefill this step completed leave the running list and
+        keep their blocks, their hidden token produced and nowhere counted; in running order
+        (``step.prefill``'s: R18's, then R19's)."""
+        handed = [state for state, _ in step.prefill if state.decoding]
+        if not handed:
+            return
+        leaving = set(handed)
+        self.running = [state for state in self.running if state not in leaving]
+        self.handed.extend(handed)
+        self.handed_off += len(handed)
+        self.outstanding -= len(handed)  # R99: counted until its prefill ends
+        for state in handed:
+            self.load_blocks -= self.memory.prompt_blocks(state)
+
     def _produce_tokens(self, step: Step, end: int) -> int:
         """R20's tokens at the end of each step of the run (the last at ``end``): one per step
         for each decoding request, and a first token (or, R51, the next) for each whose
@@ -248,6 +291,9 @@ class Worker:
         """
         decoding = len(step.decode)
         per_step = self.formation.decodes_every_step
+        if self.role == "decode" and per_step:  # R105: an activated request's first client
+            # token follows no token of its own: it gives no ITL gap
+            decoding -= sum([1 for state in step.decode if not state.token_times_us])
         if decoding and not per_step:  # before the new tokens: each request's last one
             self._count_gaps_per_request(step)
         if step.repeat == 1:
@@ -268,9 +314,12 @@ class Worker:
             if per_step:
                 self.itl_gaps[step.duration_us] += step.repeat * decoding
         first_tokens = 0
+        holds = self.role == "prefill"
         for state, tokens in step.prefill:
             state.prefill(tokens)
-            if state.decoding:  # the step that finishes the prefill emits the first token
+            # the step that finishes the prefill emits the first token (R100: on a prefill
+            # side, the hidden one, which is no client's and is counted nowhere)
+            if state.decoding and not holds:
                 if state.token_times_us:  # R49: readmitted, its next token follows its last
                     self.itl_gaps[end - state.token_times_us.last] += 1
                 state.token_times_us.append(end)

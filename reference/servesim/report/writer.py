@@ -13,11 +13,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from servesim.contract.canonical import canonical_bytes, encoded_array
-from servesim.contract.model import DEFAULT_POOL, Pool, SchedulerLimits, Slo
+from servesim.contract.model import DEFAULT_POOL, KvTransfer, Pool, SchedulerLimits, Slo
 from servesim.contract.nearest_rank import ranked_statistics
 from servesim.contract.tpot import tpot_statistics
 from servesim.engine.admission import REJECT_REASONS
 from servesim.engine.formation.sglang import RATIO_DENOMINATOR
+from servesim.engine.handoff import Handoff
 from servesim.engine.kv.counters import KvCacheCounters
 from servesim.engine.loop import SimulationResult
 from servesim.engine.passes import RankGroup
@@ -76,7 +77,8 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
 #: The slot before ``terminal_us`` holds R63's ``slo_met`` member, or nothing without ``slo``.
 _REQUEST_ENTRY = (
     b'{"arrival_us":%b,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,'
-    b'"first_scheduled_us":%b,"first_token_us":%b,"id":%b,"mean_itl_us":%b,"outcome":%b,'
+    b'"first_scheduled_us":%b,"first_token_us":%b,"handoff":%b,"id":%b,"mean_itl_us":%b,'
+    b'"outcome":%b,'
     b'"output_tokens":%d,"pool":%b,"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,'
     b'"rank":%b,"reject_reason":%b,"retractions":%d,'
     b'"reused_prompt_tokens":%d,"session":%b,%b"terminal_us":%d,"token_times_us":[%b],'
@@ -123,6 +125,7 @@ def _request_entry(
     slo: Slo | None,
     times: bytes | None = None,
     pool: bytes = b"null",
+    handoff: bytes = b"null",
 ) -> bytes:
     """R26: one request's line in the report, as canonical bytes; ``session`` is its R64
     member's bytes; ``times`` its token times' JSON items when the caller has them
@@ -161,6 +164,7 @@ def _request_entry(
         _json(e2e_us),
         _json(state.first_scheduled_us),
         _json(first_token),
+        handoff,  # R107
         _json(request.id),
         _json(mean_itl_us),
         outcome,
@@ -203,9 +207,10 @@ def _summary(
     makespan_us: int,
     slo: Slo | None,
     passes: int,
+    transfer: KvTransfer | None = None,
 ) -> dict[str, Any]:
-    """R28, R63, R64: fleet-wide counts, throughput and latency statistics; ``workers`` are
-    the schedulers (every rank), ``passes`` R85's ``steps``."""
+    """R28, R63, R64, R107: fleet-wide counts, throughput and latency statistics; ``workers``
+    are the schedulers (every rank), ``passes`` R85's ``steps``."""
     completed = [state for state in states if _completed(state)]
     by_reason = dict.fromkeys(REJECT_REASONS, 0)
     cut_off = 0
@@ -243,6 +248,7 @@ def _summary(
         ),
         "e2e_us": statistics([e2e for _, _, e2e in latencies]),
         "kv_cache": _summary_kv_cache(completed, workers, prompt_tokens),
+        "transfers": None if transfer is None else _transfers(states, transfer),
     }
     if slo is not None:  # R63: absent without objectives, not null
         good = [state for state in completed if meets_objectives(state, slo)]
@@ -254,6 +260,48 @@ def _summary(
             "output_token_throughput_per_s": ratio(good_tokens * 1_000_000, makespan_us),
         }
     return summary
+
+
+def _transfers(states: list[RequestState], transfer: KvTransfer) -> dict[str, Any]:
+    """R107: the transfers that ended (their count, tokens, gigabytes and durations), and how
+    long each reserved request waited for its reservation."""
+    handoffs = [state.handoff for state in states if state.handoff is not None]
+    ended = [each for each in handoffs if each.transfer_end_us is not None]
+    tokens = sum(each.transferred_tokens or 0 for each in ended)
+    return {
+        "count": len(ended),
+        "tokens": tokens,
+        "gigabytes": ratio(tokens * transfer.bytes_per_token, 1_000_000_000),
+        "transfer_us": statistics([each.transfer_us or 0 for each in ended]),
+        "reservation_wait_us": statistics(
+            [
+                each.reserved_us - each.prefill_end_us
+                for each in handoffs
+                if each.reserved_us is not None
+            ]
+        ),
+    }
+
+
+def _handoff_entry(handoff: Handoff | None, pools: tuple[Pool, ...], pool_of: list[int]) -> bytes:
+    """R107: a request's ``handoff`` member, as canonical bytes."""
+    if handoff is None:
+        return b"null"
+    decode = handoff.decode
+    value = {
+        "prefill_end_us": handoff.prefill_end_us,
+        "decode_worker": None if decode is None else decode.index,
+        "decode_pool": None if decode is None else pools[pool_of[decode.index]].name,
+        "decode_rank": None if decode is None else decode.rank,
+        "reserved_us": handoff.reserved_us,
+        "transfer_start_us": handoff.reserved_us,
+        "transfer_end_us": handoff.transfer_end_us,
+        "activation_us": handoff.activation_us,
+        "transferred_tokens": handoff.transferred_tokens,
+        "transfer_us": handoff.transfer_us,
+        "decode_reused_tokens": handoff.decode_reused_tokens,
+    }
+    return canonical_bytes(value)
 
 
 def itl_gaps(states: list[RequestState], workers: list[Worker]) -> Counter[int]:
@@ -325,10 +373,20 @@ def _rank_entry(rank: Worker, makespan_us: int) -> dict[str, Any]:
         "decode_tokens": rank.decode_tokens,
         "output_tokens": rank.output_tokens,
         "kv_cache": _worker_kv_cache(rank.kv_counters),
+        "handed_off": rank.handed_off,  # R107
+        "activated": rank.activated,
     }
 
 
-_SUMMED = ("routed", "completed", "prefill_tokens", "decode_tokens", "output_tokens")
+_SUMMED = (
+    "routed",
+    "completed",
+    "prefill_tokens",
+    "decode_tokens",
+    "output_tokens",
+    "handed_off",
+    "activated",
+)
 
 
 def _worker_entry(
@@ -389,6 +447,9 @@ def _pool_entry(
     return {
         "name": pool.name,
         "style": pool.scheduler.style,  # R95
+        "role": pool.role,  # R107
+        "handed_off": sum(worker["handed_off"] for worker in workers),
+        "activated": sum(worker["activated"] for worker in workers),
         "workers": pool.workers,
         "dp_size": pool.dp_size,
         "routed": sum(worker["routed"] for worker in workers),
@@ -508,6 +569,10 @@ def _sliced_times(
     where they are not (``_request_entry`` then writes them itself)."""
     if state.worker is None or state.rank is None:
         return None
+    decode = None if state.handoff is None else state.handoff.decode
+    if decode is not None:  # R105: its tokens come from its decode scheduler's steps
+        sliced = step_ends.get(decode.scheduler)
+        return None if sliced is None else sliced.items(state.token_times_us)
     sliced = step_ends.get(first_scheduler[state.worker] + state.rank)
     return None if sliced is None else sliced.items(state.token_times_us)
 
@@ -578,11 +643,16 @@ def report_chunks(
         makespan_us,
         result.slo,
         sum(worker["steps"] for worker in workers),
+        result.transfer,
     )
     completed_by_pool: list[list[RequestState]] = [[] for _ in pools]
-    for state in result.requests:
+    for state in result.requests:  # R107: where it completed, its decode side's when it has one
         if state.worker is not None and _completed(state):
-            completed_by_pool[pool_of[state.worker]].append(state)
+            handoff = state.handoff
+            worker = (
+                state.worker if handoff is None or handoff.decode is None else handoff.decode.index
+            )
+            completed_by_pool[pool_of[worker]].append(state)
     pool_entries = [
         _pool_entry(
             pool,
@@ -609,10 +679,11 @@ def report_chunks(
             result.slo,
             _sliced_times(state, step_ends, first_scheduler),
             b"null" if state.worker is None else pool_names[pool_of[state.worker]],
+            _handoff_entry(state.handoff, pools, pool_of),
         )
         for state in result.requests
     )
-    yield b',"schema_version":"7.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"8.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:

@@ -20,16 +20,19 @@ if TYPE_CHECKING:
 
 
 def to_completion_blocks(memory: BlockMemory, state: RequestState) -> int:
-    """R93's f: ``ceil((prompt_tokens + max_output_tokens) / B)``."""
-    request = state.request
-    return memory.cache.blocks_for(request.prompt_tokens + request.max_output_tokens)
+    """R93's f: ``ceil((prompt_tokens + max_output_tokens) / B)``, with ``max_output_tokens``
+    1 on a disaggregated fleet's prefill side (R100)."""
+    return memory.cache.blocks_for(state.request.prompt_tokens + state.output_limit)
 
 
 def reserved_blocks(worker: Worker) -> int:
-    """R93: the blocks the running requests reserve beyond those they hold, ``sum(f - h)``."""
+    """R93: the blocks the running requests reserve beyond those they hold, ``sum(f - h)``;
+    on a decode scheduler its Transferring and Ready requests too (R102)."""
     memory = worker.memory
     assert isinstance(memory, BlockMemory)
-    return sum(to_completion_blocks(memory, state) - state.blocks.count for state in worker.running)
+    running = worker.running
+    states = running + worker.incoming if worker.incoming else running
+    return sum(to_completion_blocks(memory, state) - state.blocks.count for state in states)
 
 
 class TrtllmFormation(VllmFormation):

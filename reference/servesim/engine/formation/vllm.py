@@ -120,9 +120,15 @@ class VllmFormation:
         limits = self.limits
         memory = worker.memory
         waiting, running = worker.waiting, worker.running
-        while waiting and budget > 0 and len(running) < limits.max_num_seqs:
+        # R102: a decode scheduler's Transferring and Ready requests hold seats; a request at
+        # the head of its reservation queue stops every admission
+        if worker.pending:
+            return
+        seats = limits.max_num_seqs - len(worker.incoming)
+        while waiting and budget > 0 and len(running) < seats:
             head = waiting[0]
-            target = head.request.prompt_tokens + head.token_times_us.count  # R48's L
+            # R48's L (R105: a decode side's hidden token is a produced one)
+            target = head.request.prompt_tokens + head.token_times_us.count + head.hidden
             reused = memory.reusable(head, target)
             tokens = allotment(target - reused, budget, limits, head.preemptions > 0)
             if tokens == 0:
