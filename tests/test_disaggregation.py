@@ -137,7 +137,7 @@ def test_r103_a_transfer_that_would_end_after_2_53_is_found_when_it_starts() -> 
         replay(scenario(transfer=slow), workload_doc(("A", 0, 100, 3)))
 
 
-# --- R100, R104, R105: one request end to end ------------------------------------------------------
+# --- R100, R104, R105: one request end to end ------------------------------------------------
 
 
 def test_r100_r104_r105_one_request_every_stamp() -> None:
