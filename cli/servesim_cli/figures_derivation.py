@@ -116,6 +116,7 @@ def _pool_figures(pool: Mapping[str, Any], makespan_us: int) -> PoolFigures:
         if cache is None
         else (cache["peak_blocks_in_use"], cache["preemptions"], cache["evictions"]),
         style=pool.get("style", "vllm"),  # R95, report 7.0
+        role=pool.get("role"),  # R107, report 8.0
         retractions=0 if cache is None else cache.get("retractions", 0),
     )
 

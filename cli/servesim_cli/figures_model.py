@@ -82,6 +82,8 @@ class PoolFigures:
     kv_cache: tuple[int, int, int] | None
     #: R88, R95: the style of its workers' steps ("vllm" before report 7.0).
     style: str = "vllm"
+    #: R97, R107: its role in a disaggregated fleet (None before report 8.0 and when aggregated).
+    role: str | None = None
     #: R91, R95: the retractions on its workers (0 before report 7.0).
     retractions: int = 0
 

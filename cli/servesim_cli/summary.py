@@ -191,6 +191,8 @@ def _pool_lines(figures: ReportFigures) -> list[str]:
                 f"{evictions:,} evictions"
             )
         style = "" if pool.style == "vllm" else f" ({pool.style} style)"  # R88
+        if pool.role is not None:  # R97
+            style = f" ({pool.role}{style.replace(' (', ', ').rstrip(')')})"
         lines.append(
             f"  {pool.name}{style}: {pool.workers:,} workers x {pool.dp_size} ranks; routed "
             f"{pool.routed:,}, completed {pool.completed:,}; utilisation "
