@@ -113,6 +113,15 @@ def reads_styles(description: Description) -> bool:
     )
 
 
+def reads_disaggregation(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.6, the version with
+    disaggregated prefill and decode (R108), and scenario 1.5's styles its pools are drawn
+    with."""
+    return reads_styles(description) and (
+        description.declares("scenario", "1.6") and "1.6" in SUPPORTED_VERSIONS["scenario"]
+    )
+
+
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
     """The reference's report bytes for generated documents, in-process."""
     loaded = [

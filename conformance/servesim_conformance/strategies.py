@@ -834,3 +834,88 @@ def styled_input_triples(draw: st.DrawFn) -> Documents:
             pool["scheduler"] = draw(styled_limits(pool["scheduler"], page))
     scenario["schema_version"] = "1.5"
     return scenario, workload, timing
+
+
+# --- Disaggregated prefill and decode (SPEC.md section 17) --------------------------------------
+
+#: R103: bandwidths from a slow link to a fast one, in bytes per second, so that transfers last
+#: from far longer than a step to far shorter.
+BANDWIDTHS = (1_000_000, 100_000_000, 1_000_000_000, 3_000_000_000, 50_000_000_000)
+
+
+@st.composite
+def kv_transfers(draw: st.DrawFn) -> dict[str, Any]:
+    """R97's ``kv_transfer``: small byte counts and latencies, every bandwidth of
+    ``BANDWIDTHS``, now and then ``"full_prompt"``."""
+    transfer: dict[str, Any] = {
+        "bytes_per_token": draw(st.integers(1, 2000)),
+        "bandwidth_bytes_per_s": draw(st.sampled_from(BANDWIDTHS)),
+        "base_latency_us": draw(st.integers(0, 50)),
+    }
+    if draw(st.booleans()):
+        transfer["mode"] = draw(st.sampled_from(("destination_missing", "full_prompt")))
+    return transfer
+
+
+@st.composite
+def disaggregated_input_triples(draw: st.DrawFn) -> Documents:
+    """(scenario 1.6, workload, profile): a triple of ``kv_input_triples()`` or
+    ``routed_input_triples()`` (a cache, prefix hashes, every arrival routing policy) whose
+    fleet becomes one or two prefill pools and one or two decode pools (R97) of 1 or 2
+    workers, ranks now and then, each pool of style ``"vllm"`` or ``"trtllm"`` with its own
+    cache now and then (tight decode caches, where reservations wait and decodes preempt),
+    routed on the decode side by a drawn policy (R99), with a drawn ``kv_transfer`` (R103);
+    sessions, a closed loop, a stop time and objectives now and then (R106)."""
+    base = st.one_of(kv_input_triples(), routed_input_triples())
+    scenario, workload, timing = draw(session_input_triples(base))
+    scenario = copy.deepcopy(scenario)
+    cache = scenario.get("kv_cache")
+    if cache is None:  # R97: every pool has one; a roomy one, pools may draw tighter
+        cache = {
+            "blocks": 4096,
+            "block_tokens": draw(st.sampled_from((1, 4, 16))),
+            "prefix_caching": False,
+        }
+        if "prefix_hash_block_tokens" in workload:
+            cache["block_tokens"] = 1
+        scenario["kv_cache"] = cache
+    block_tokens = cache["block_tokens"]
+    largest = max(
+        (r["prompt_tokens"] + r["max_output_tokens"] for r in workload["requests"]), default=1
+    )
+    pools_drawn: list[dict[str, Any]] = []
+    for role, count in (("prefill", draw(st.integers(1, 2))), ("decode", draw(st.integers(1, 2)))):
+        for index in range(count):
+            pool: dict[str, Any] = {
+                "name": f"{role}{index}",
+                "workers": draw(st.integers(1, 2)),
+                "role": role,
+            }
+            if draw(st.integers(0, 3)) == 0:
+                pool["dp_size"] = 2
+            limits = draw(pool_limits(scenario["scheduler"]))
+            pool["scheduler"] = {**limits, "style": draw(st.sampled_from(("vllm", "trtllm")))}
+            if draw(st.booleans()):
+                least = -(-largest // block_tokens)  # the largest request alone, just
+                top = 2**32 - 1  # R3
+                low = min(max(1, least - 1), top)
+                blocks = draw(st.integers(low, min(max(least, cache["blocks"]), top)))
+                caching = cache["prefix_caching"] or draw(st.booleans())
+                if role == "prefill" and scenario["routing"]["policy"] == "cache_aware":
+                    caching = True
+                pool["kv_cache"] = {**cache, "blocks": blocks, "prefix_caching": caching}
+            pools_drawn.append(pool)
+    scenario["fleet"] = {"pools": pools_drawn}
+    decode = draw(st.sampled_from(("absent", "round_robin", "random", "least_loaded")))
+    if decode != "absent":
+        scenario["routing"] = {**scenario["routing"], "decode": {"policy": decode}}
+        if decode == "random" or (decode == "least_loaded" and draw(st.booleans())):
+            scenario["routing"]["decode"]["seed"] = draw(st.integers(0, 2**64 - 1))
+    if scenario["routing"]["policy"] == "weighted_round_robin":
+        scenario["routing"] = {
+            "policy": "round_robin",
+            **{key: value for key, value in scenario["routing"].items() if key == "decode"},
+        }
+    scenario["kv_transfer"] = draw(kv_transfers())
+    scenario["schema_version"] = "1.6"
+    return scenario, workload, timing

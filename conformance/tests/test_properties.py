@@ -17,12 +17,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from servesim_conformance import invariants, pool_invariants, style_invariants
+from servesim_conformance import disagg_invariants, invariants, pool_invariants, style_invariants
 from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.properties import (
     Documents,
     PropertyRunner,
     at_current_version,
+    reads_disaggregation,
     input_bytes,
     reads_kv_cache,
     reads_pools,
@@ -35,6 +36,7 @@ from servesim_conformance.properties import (
 )
 from servesim_conformance.strategies import (
     broken_kv_input_triples,
+    disaggregated_input_triples,
     hashed_input_triples_without_cache,
     input_triples,
     kv_input_triples,
@@ -449,3 +451,45 @@ def test_styles_differential_against_reference(
     --differential, and only when both read scenario 1.5)."""
     _needs_styles(description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-styles")
+
+
+# --- Disaggregated prefill and decode (SPEC.md section 17) ---------------------------------------
+
+
+def _needs_disaggregation(description: Description, documents: Documents) -> None:
+    """Skip unless the implementation (and the reference) read scenario 1.6 (R108); reject a
+    generated example whose timing it does not run (``_runs_timing``)."""
+    if not reads_disaggregation(description):
+        pytest.skip("the implementation does not declare scenario 1.6 (R108)")
+    _runs_timing(description, documents)
+
+
+@tier
+@given(documents=disaggregated_input_triples())
+def test_disaggregation_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R97 to R107 on generated disaggregated fleets (tight decode caches, every decode
+    policy, ranks, both styles, sessions, a closed loop and stop times): stamps in phase
+    order, no client token before the activation, transfers by R103's formula, no prefill
+    worker emitting a token, counts that add up; every rank's step keeps its limits."""
+    _needs_disaggregation(description, documents)
+    scenario, _, _ = documents
+    report = runner.report(documents)
+    disagg_invariants.check_disaggregated_report(scenario, report)
+    pool_invariants.check_rank_limits(scenario, report)
+    invariants.check_token_times(report)
+
+
+@tier
+@given(documents=disaggregated_input_triples())
+def test_disaggregation_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on disaggregated fleets (only with
+    --differential, and only when both read scenario 1.6)."""
+    _needs_disaggregation(description, documents)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-disaggregation")
