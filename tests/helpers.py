@@ -129,11 +129,31 @@ def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def as_report_7_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 7.0 writer writes for the same replay (an aggregated fleet): the 8.0
+    ``report`` without R107's members (SPEC.md R108), each checked to be an aggregated fleet's;
+    a 7.0 (or older) ``report`` is returned as it is."""
+    old = copy.deepcopy(report)
+    if old["schema_version"] != "8.0":
+        return old
+    old["schema_version"] = "7.0"
+    for request in old["requests"]:
+        assert request.pop("handoff") is None, "a 7.0 report comes from an aggregated fleet"
+    holders = [*old["workers"], *old["pools"]]
+    holders += [rank for worker in old["workers"] for rank in worker["ranks"]]
+    for holder in holders:
+        assert (holder.pop("handed_off"), holder.pop("activated")) == (0, 0)
+    for pool in old["pools"]:
+        assert pool.pop("role") is None, "a 7.0 report comes from pools without roles"
+    assert old["summary"].pop("transfers") is None, "nor transfers anything"
+    return old
+
+
 def as_report_6_0(report: dict[str, Any]) -> dict[str, Any]:
-    """What a report 6.0 writer writes for the same replay (the vLLM style): the 7.0
+    """What a report 6.0 writer writes for the same replay (the vLLM style): the 7.0 form of
     ``report`` without R95's members (SPEC.md R96), each checked to be the vLLM style's; a 6.0
     ``report`` is returned as it is."""
-    old = copy.deepcopy(report)
+    old = as_report_7_0(report)
     if old["schema_version"] == "6.0":
         return old
     old["schema_version"] = "6.0"
