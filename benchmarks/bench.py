@@ -7,6 +7,7 @@
     python benchmarks/bench.py --only sessions  # closed loop, stop time (bench_sessions.py)
     python benchmarks/bench.py --only pools  # pools and attention-DP ranks (bench_pools.py)
     python benchmarks/bench.py --only styles  # scheduler styles (bench_styles.py)
+    python benchmarks/bench.py --only disagg  # disaggregated prefill and decode (bench_disagg.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default the copies shipped in
 benchmarks/traces/ (their sources and licences: benchmarks/traces/README.md); the shipped ones
@@ -302,6 +303,8 @@ def child(arguments: argparse.Namespace) -> None:
         rank["steps"] for worker in report["workers"] for rank in worker.get("ranks") or [worker]
     )
     figures["makespan_us"] = summary["makespan_us"]
+    figures["goodput"] = summary.get("goodput")  # R63, with objectives
+    figures["transfers"] = summary.get("transfers")  # R107, report 8.0
     if counter is not None:
         figures["formed_steps"] = counter[0]
     print(json.dumps(figures))
@@ -622,6 +625,16 @@ def styles_section(folder: Path, limit: int | None) -> None:
     section(hashed, scenario(WORKERS), replay, line)
 
 
+def disagg_section(folder: Path, limit: int | None) -> None:
+    """The disaggregation section (benchmarks/bench_disagg.py) on the hashed Mooncake trace:
+    16 GPUs aggregated, and split into prefill and decode pools at two bandwidths."""
+    from bench_disagg import disagg_section as section
+
+    print("\n== disaggregated prefill and decode (issue 26) ==")
+    hashed, replay = hashed_mooncake(folder, limit, 16)
+    section(hashed, scenario(16), replay)
+
+
 def arrivals_of(report: Path) -> list[int]:
     """Each request's ``arrival_us`` in a report, read in a child process: parsing a 48 MB
     report here would raise this process's peak RSS, which every child started after it
@@ -693,10 +706,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["kv", "routing", "sessions", "pools", "styles"],
+        choices=["kv", "routing", "sessions", "pools", "styles", "disagg"],
         help="measure only this section (kv: the KV cache, issue 10; routing: state-aware "
         "routing, issue 11; sessions: closed loop and stop time, issue 13; pools: pools and "
-        "attention-DP ranks, issue 23; styles: scheduler styles, issue 24)",
+        "attention-DP ranks, issue 23; styles: scheduler styles, issue 24; disagg: disaggregated "
+        "prefill and decode, issue 26)",
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -741,6 +755,9 @@ def main() -> int:
             return 0
         if arguments.only == "styles":
             styles_section(folder, limit)
+            return 0
+        if arguments.only == "disagg":
+            disagg_section(folder, limit)
             return 0
         print("\n== real traces ==")
         for source in SOURCES:
@@ -793,6 +810,7 @@ def main() -> int:
         sessions_section(folder, limit)
         pools_section(folder, limit)
         styles_section(folder, limit)
+        disagg_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(
             folder, short=arguments.short, plain_loop=[str(PLAIN_LOOP), *PLAIN_LOOP_REPORT]
