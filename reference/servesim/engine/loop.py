@@ -351,10 +351,17 @@ class EventLoop:
         assert handoff.decode is not None
         handoff.transfer_end_us = now_us
         index = handoff.decode.index
-        if self.units[index].in_flight is None:
+        unit = self.units[index]
+        if unit.in_flight is None:
             self._activate(state, now_us)
-        else:  # events come in (time, position) order, which is R104's order of activation
-            self.ready.setdefault(index, []).append(state)
+            return
+        # events come in (time, position) order, which is R104's order of activation
+        self.ready.setdefault(index, []).append(state)
+        if isinstance(unit, Worker):  # a run of decode steps ends at its next step end
+            run = unit.in_flight
+            assert run is not None
+            if run.truncate_at(now_us):
+                unit.completion_sequence = self._push_completion(run.end_us, index)
 
     def stop(self, now_us: int, order: int, subject: int) -> None:
         """R62: nothing at or after the stop time happens but the completions at it: the
@@ -399,8 +406,7 @@ class EventLoop:
         if now_us + duration > MAX_TIME_US:
             raise UnrepresentableTime(worker=index, start_us=now_us, duration_us=duration)
         steps = self.steps
-        if not self.disaggregated:  # no decode runs where handoffs change a worker mid-run
-            plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
+        plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
         stop_us = self.stop_us
         if stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(stop_us)
@@ -645,6 +651,13 @@ class EventLoop:
         starting its transfer, whose end is an event (R104)."""
         if not decode.pending:
             return
+        run = decode.in_flight
+        if run is not None and run.repeat > 1:  # a run of decode steps: those formed by now
+            # have taken their blocks before any reservation does; the rest are formed anew
+            if run.truncate_at(now_us):
+                decode.completion_sequence = self._push_completion(run.end_us, decode.index)
+            decode.memory.take_run_blocks(run)
+            run.blocks_taken = True
         transfer = self.transfer
         assert transfer is not None
         for state in try_reservations(decode, transfer, now_us):

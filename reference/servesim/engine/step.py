@@ -52,6 +52,9 @@ class Step:
     new_token_ratio: int | None = None
     """R89, R95: the numerator (over ``formation.sglang.RATIO_DENOMINATOR``) of the new-token
     ratio the step's admission used; ``None`` unless the style is sglang."""
+    blocks_taken: bool = False
+    """Whether a run's later steps have taken their blocks already (``BlockMemory.
+    take_run_blocks``): a reservation on the worker mid-run settles them first (R102)."""
     pass_end_us: int | None = None
     """R83: on a worker of several ranks, the end of the pass the step is part of, when all
     its tokens are produced; ``duration_us`` is then the step's own d_r. ``None`` on a

@@ -233,7 +233,8 @@ class Worker:
         requests it completed, in running order."""
         memory = self.memory
         blocks = not memory.unlimited  # R45: without a cache no block is taken or released
-        if blocks and step.repeat > 1:  # the later steps of a run take their blocks now
+        if blocks and step.repeat > 1 and not step.blocks_taken:  # the later steps of a run
+            # take their blocks now (unless a reservation settled them, R102)
             memory.take_run_blocks(step)
         end = step.end_us
         first_tokens = self._produce_tokens(step, end)
@@ -291,9 +292,11 @@ class Worker:
         """
         decoding = len(step.decode)
         per_step = self.formation.decodes_every_step
-        if self.role == "decode" and per_step:  # R105: an activated request's first client
-            # token follows no token of its own: it gives no ITL gap
-            decoding -= sum([1 for state in step.decode if not state.token_times_us])
+        # R105: an activated request's first client token follows no token of its own: it
+        # gives no ITL gap (only on a disaggregated fleet's decode side)
+        fresh = 0
+        if self.role == "decode" and per_step:
+            fresh = sum([1 for state in step.decode if not state.token_times_us])
         if decoding and not per_step:  # before the new tokens: each request's last one
             self._count_gaps_per_request(step)
         if step.repeat == 1:
@@ -301,18 +304,20 @@ class Worker:
                 state.token_times_us.append(end)
             if decoding and per_step:  # most steps of a long prompt's chunks decode nobody
                 # R83: a rank's previous tokens came at the pass start, its new ones at the end
-                self.itl_gaps[end - step.start_us] += decoding
+                self.itl_gaps[end - step.start_us] += decoding - fresh
         elif step.segments is not None:
             for state in step.decode:
                 state.token_times_us.extend_progressions(step.segments)
             for _, duration, count in step.segments if per_step else ():
                 self.itl_gaps[duration] += count * decoding
+            if fresh:
+                self.itl_gaps[step.segments[0][1]] -= fresh
         else:
             first = step.start_us + step.duration_us
             for state in step.decode:
                 state.token_times_us.extend_progression(first, step.duration_us, step.repeat)
             if per_step:
-                self.itl_gaps[step.duration_us] += step.repeat * decoding
+                self.itl_gaps[step.duration_us] += step.repeat * decoding - fresh
         first_tokens = 0
         holds = self.role == "prefill"
         for state, tokens in step.prefill:
