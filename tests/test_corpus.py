@@ -96,7 +96,8 @@ def test_valid_case_inputs_and_report_validate(case) -> None:  # type: ignore[no
         scheduler["prefill"]["mode"] == "chunked" and scheduler.get("style") != "sglang"
         for scheduler in schedulers
     )
-    assert ("routing.random" in case.features) == (scenario["routing"]["policy"] == "random")
+    policies = {scenario["routing"]["policy"], scenario["routing"].get("decode", {}).get("policy")}
+    assert ("routing.random" in case.features) == ("random" in policies)  # R69, R99
     # R69: the timing tags follow the profiles' models (R87: any pool's); no case names a
     # baseline tag
     models = {

@@ -56,6 +56,14 @@ def _get(document: object, *keys: str) -> object:
     return document
 
 
+def _styles(scenario: object) -> set[object]:
+    """R88: the styles of the scenario's limits and of every pool's own."""
+    limits = [_get(scenario, "scheduler")]
+    pools = _get(scenario, "fleet", "pools")
+    limits += [pool.get("scheduler") for pool in pools if isinstance(pool, dict)] if pools else []
+    return {_get(each, "style") for each in limits if each is not None}
+
+
 def _has_hashes(inputs: Inputs) -> bool:
     requests = _get(inputs["workload"], "requests")
     return isinstance(requests, list) and any("prefix_hashes" in r for r in requests)
@@ -76,6 +84,12 @@ FEATURE_TESTS: dict[str, Callable[[Inputs], bool]] = {
     "cache_aware": lambda i: _get(i["scenario"], "routing", "policy") == "cache_aware",
     "sessions": lambda i: _get(i["workload"], "sessions") is not None,
     "closed loop": lambda i: _get(i["scenario"], "closed_loop") is not None,
+    "disaggregation": lambda i: _get(i["scenario"], "kv_transfer") is not None,
+    "trtllm": lambda i: "trtllm" in _styles(i["scenario"]),
+    "ranks": lambda i: any(
+        isinstance(pool, dict) and pool.get("dp_size", 1) > 1
+        for pool in _get(i["scenario"], "fleet", "pools") or []
+    ),
 }
 
 #: The combinations whose interactions matter (issue 30, item 7), and the property strategies
@@ -95,6 +109,16 @@ PAIRS: tuple[tuple[tuple[str, ...], str], ...] = (
         "`session_input_triples` over `kv_input_triples`",
     ),
     (("sessions", "closed loop"), "`session_input_triples`"),
+    (("disaggregation", "prefix caching"), "`disaggregated_input_triples`"),
+    (("disaggregation", "preemption"), "`disaggregated_input_triples`"),
+    (("disaggregation", "stop time"), "`disaggregated_input_triples`"),
+    (("disaggregation", "sessions"), "`disaggregated_input_triples`"),
+    (("disaggregation", "closed loop"), "`disaggregated_input_triples`"),
+    (("disaggregation", "cache_aware"), "`disaggregated_input_triples`"),
+    (("disaggregation", "least_loaded"), "`disaggregated_input_triples`"),
+    (("disaggregation", "trtllm"), "`disaggregated_input_triples`"),
+    (("disaggregation", "ranks"), "`disaggregated_input_triples`"),
+    (("disaggregation", "measured timing"), "`disaggregated_input_triples`"),
 )
 
 
