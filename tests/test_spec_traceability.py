@@ -14,7 +14,7 @@ def _defined_rules() -> list[int]:
 
 
 def _traceability() -> dict[int, list[str]]:
-    table = SPEC.split("## 17. Traceability", 1)[1]
+    table = SPEC.split("## 18. Traceability", 1)[1]
     rows = re.findall(r"^\| R(\d+) \| (.+) \|$", table, flags=re.MULTILINE)
     return {int(rule): re.findall(r"`([^`]+)`", tests) for rule, tests in rows}
 
