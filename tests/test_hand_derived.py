@@ -600,6 +600,8 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
         "decode_tokens": 11,
         "output_tokens": 14,
         "kv_cache": None,  # R52, R53: no cache
+        "handed_off": 0,  # R107: an aggregated fleet hands nothing off
+        "activated": 0,
     }
     assert report["workers"][0] == {
         "worker": 0,
