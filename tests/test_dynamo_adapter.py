@@ -205,7 +205,7 @@ def test_recorded_dynamo_timeline_of_the_smoke_case() -> None:
 def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The adapter writes report 7.0 (R38, R96: it reads scenario 1.5; R52's members from
+    """The adapter writes report 8.0 (R38, R96, R108: it reads scenario 1.5; R52's members from
     Dynamo's admissions, their no-cache values; R57's null under round robin; sessions and the
     closed loop from Dynamo's multi-turn replay; R63's objectives read off the report; the one
     pool of one-rank workers by the reference's R86 migration; each worker's and pool's style
@@ -215,7 +215,7 @@ def test_report_from_recorded_dynamo_output_equals_the_golden_bytes(
     code, report = replay_with_fixture(case, tmp_path, monkeypatch)
     assert code == cli.EXIT_OK
     written = json.loads(report.read_bytes())
-    assert written["schema_version"] == "7.0"
+    assert written["schema_version"] == "8.0"
     expected = json.loads((GOLDEN / case / "expected-report.json").read_bytes())
     expected["trace"] = None
     assert report.read_bytes() == canonical_bytes(expected) + b"\n"
@@ -426,12 +426,12 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     )
 
 
-def test_describe_reads_scenario_1_5_writes_report_7_0_not_scenario_1_1_or_1_2() -> None:
-    """R38, R64, R96: reading workload 1.2 and scenario 1.3 to 1.5 it writes report 7.0;
+def test_describe_reads_scenario_1_5_writes_report_8_0_not_scenario_1_1_or_1_2() -> None:
+    """R38, R64, R96, R108: reading workload 1.2 and scenario 1.3 to 1.5 it writes report 8.0;
     scenario 1.1 only adds kv_cache, which the adapter cannot state, and 1.2 only the
     state-aware policies, which it refuses."""
     versions = cli.description()["schema_versions"]
-    assert versions["report"] == ["7.0"]
+    assert versions["report"] == ["8.0"]
     assert versions["workload"] == ["1.0", "1.1", "1.2"]
     assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5"]
     assert version_problems(versions) == []

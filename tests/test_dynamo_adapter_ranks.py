@@ -64,7 +64,7 @@ def test_barrier_and_arrival_on_idle_rank_as_r83_derives(monkeypatch: pytest.Mon
     passes and their durations, each rank its own steps and own durations."""
     recorded = fixture("barrier-and-arrival-on-idle-rank")
     report = replay_recorded(recorded, monkeypatch, recorded["records"])
-    assert report["schema_version"] == "7.0"
+    assert report["schema_version"] == "8.0"
     by_id = {r["id"]: r for r in report["requests"]}
     assert (by_id["a"]["rank"], by_id["a"]["token_times_us"]) == (0, [300, 600, 800])
     assert (by_id["b"]["rank"], by_id["b"]["token_times_us"]) == (1, [600])

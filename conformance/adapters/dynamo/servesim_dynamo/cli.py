@@ -77,7 +77,8 @@ def description() -> dict[str, Any]:
     the same name (mapping.engine_args), sglang's chunked prefill its ``chunked_prefill_size``
     (R90: a budget of the whole pass; ``prefill.chunked``, R18's per-request cap, is still not
     declared, and R69 does not tag sglang cases with it); sglang on workers of several ranks
-    is refused by name. The report is 7.0 (R38: a reader of scenario 1.5 writes 7.0), its
+    is refused by name. The report is 8.0, the current one (R38: a reader of scenario 1.5 writes
+    7.0 or later; R108's migration adds an aggregated fleet's values), its
     cache members those of a replay without a cache, ``cached_blocks_at_routing`` null
     (round robin).
     """
@@ -89,7 +90,7 @@ def description() -> dict[str, Any]:
             "scenario": ["1.0", "1.3", "1.4", "1.5"],
             "workload": ["1.0", "1.1", "1.2"],
             "timing_profile": ["1.0", "1.1"],
-            "report": ["7.0"],
+            "report": ["8.0"],
         },
         "features": ["timing.grid"],
     }
@@ -154,7 +155,10 @@ def replay_documents(scenario: Document, workload: Document, profile: Document) 
         ),
         style(limits(scenario.value)),
     )
-    data: bytes = canonical_bytes(report_7)
+    # R108: an aggregated fleet's 8.0 report, the current one (Dynamo's disaggregated replay
+    # is not driven by this adapter: it declares no scenario 1.6)
+    report_8 = CHAIN.migrate(report_7, "report", "8.0").document
+    data: bytes = canonical_bytes(report_8)
     return data + b"\n"
 
 
