@@ -60,8 +60,13 @@ def _styles(scenario: object) -> set[object]:
     """R88: the styles of the scenario's limits and of every pool's own."""
     limits = [_get(scenario, "scheduler")]
     pools = _get(scenario, "fleet", "pools")
-    limits += [pool.get("scheduler") for pool in pools if isinstance(pool, dict)] if pools else []
+    if isinstance(pools, list):
+        limits += [pool.get("scheduler") for pool in pools if isinstance(pool, dict)]
     return {_get(each, "style") for each in limits if each is not None}
+
+
+def _as_list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def _has_hashes(inputs: Inputs) -> bool:
@@ -88,7 +93,7 @@ FEATURE_TESTS: dict[str, Callable[[Inputs], bool]] = {
     "trtllm": lambda i: "trtllm" in _styles(i["scenario"]),
     "ranks": lambda i: any(
         isinstance(pool, dict) and pool.get("dp_size", 1) > 1
-        for pool in _get(i["scenario"], "fleet", "pools") or []
+        for pool in _as_list(_get(i["scenario"], "fleet", "pools"))
     ),
 }
 

@@ -31,8 +31,8 @@ def worker_roles(scenario: Document) -> list[str | None]:
 def transfer_us(scenario: Document, tokens: int) -> int:
     """R103: ``L + ceil(t * b * 10^6 / W)``, in exact integers."""
     transfer = scenario["kv_transfer"]
-    sent = tokens * transfer["bytes_per_token"] * 1_000_000
-    return transfer["base_latency_us"] + -(-sent // transfer["bandwidth_bytes_per_s"])
+    sent = tokens * int(transfer["bytes_per_token"]) * 1_000_000
+    return int(transfer["base_latency_us"]) + -(-sent // int(transfer["bandwidth_bytes_per_s"]))
 
 
 def check_stamps(scenario: Document, report: Document) -> None:

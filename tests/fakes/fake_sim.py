@@ -60,7 +60,8 @@ def _reference_report(arguments: list[str], *, trace: bool) -> bytes:
 
 def as_report_1_0(report: bytes) -> dict[str, Any]:
     """The reference's report written back as 1.0: without what 8.0 (R107), 7.0 (R95), 6.0
-    (R85, when the reference writes it), 5.0 (R64), 4.0 (R57), 3.0 (R52) and 2.0 (R25, R30) added; the fakes
+    (R85, when the reference writes it), 5.0 (R64), 4.0 (R57), 3.0 (R52) and 2.0 (R25, R30)
+    added; the fakes
     run one pool of one-rank workers, no cache, no section 13 inputs and route by round robin or
     random, so the later members hold their values without them (R53, R57, R64, R86)."""
     value: dict[str, Any] = json.loads(report)
