@@ -14,10 +14,12 @@ import copy
 import json
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from servesim.engine import loop
 from servesim_conformance import disagg_invariants
 from servesim_conformance.properties import reference_report
 from servesim_conformance.strategies import disaggregated_input_triples
@@ -112,3 +114,14 @@ def test_the_reference_keeps_every_disaggregation_invariant(
     styles, sessions, a closed loop and stop times."""
     report = json.loads(reference_report(documents))  # type: ignore[arg-type]
     disagg_invariants.check_disaggregated_report(documents[0], report)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents=disaggregated_input_triples())
+def test_decode_runs_keep_the_step_by_step_report(documents: tuple[Document, ...]) -> None:
+    """The reference's decode runs on a disaggregated fleet (a reservation or a transfer end
+    cuts a run, R102, R104) give the bytes of forming every step one by one."""
+    with_runs = reference_report(documents)  # type: ignore[arg-type]
+    with mock.patch.object(loop, "plan_run", return_value=None):
+        one_by_one = reference_report(documents)  # type: ignore[arg-type]
+    assert with_runs == one_by_one
