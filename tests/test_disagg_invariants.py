@@ -125,3 +125,53 @@ def test_decode_runs_keep_the_step_by_step_report(documents: tuple[Document, ...
     with mock.patch.object(loop, "plan_run", return_value=None):
         one_by_one = reference_report(documents)  # type: ignore[arg-type]
     assert with_runs == one_by_one
+
+
+def test_a_settled_run_is_not_settled_again() -> None:
+    """R102: a reservation tried mid-run settles the run's blocks once; a second try in the
+    same run (another handoff before the run's end) takes nothing more. Found by a sweep of
+    7 prefill workers and 1 decode worker at twice the example's rate: the reference counted
+    a run's later steps twice, and with 80 requests its report differed from the step-by-step
+    one (with 200, block_run_limit's assertion stopped it)."""
+    pools = [
+        {"name": "prefill", "workers": 7, "role": "prefill"},
+        {"name": "decode", "workers": 1, "role": "decode"},
+    ]
+    value = {
+        "document": "scenario",
+        "schema_version": "1.6",
+        "fleet": {"pools": pools},
+        "routing": {"policy": "least_loaded", "decode": {"policy": "least_loaded"}},
+        "scheduler": {
+            "max_num_seqs": 16,
+            "max_batched_tokens": 2048,
+            "max_model_len": 4096,
+            "prefill": {"mode": "chunked", "max_chunk_tokens": 1024},
+        },
+        "kv_cache": {"blocks": 1024, "block_tokens": 16, "prefix_caching": False},
+        "kv_transfer": {
+            "bytes_per_token": 131072,
+            "bandwidth_bytes_per_s": 25_000_000_000,
+            "base_latency_us": 200,
+        },
+    }
+    requests = [
+        (f"r{i:03d}", i * 10_000, 256 + (i * 397) % 1537, 16 + (i * 53) % 113) for i in range(100)
+    ]
+    profile = {
+        "document": "timing_profile",
+        "schema_version": "1.0",
+        "model": {
+            "kind": "synthetic_linear",
+            "step_overhead_ns": 2_000_000,
+            "prefill_token_ns": 50_000,
+            "decode_token_ns": 400_000,
+        },
+    }
+    documents = (value, workload_doc(*requests), profile)
+    with_runs = reference_report(documents)  # type: ignore[arg-type]
+    report = json.loads(with_runs)
+    assert report["summary"]["transfers"]["count"] == 100
+    disagg_invariants.check_disaggregated_report(value, report)
+    with mock.patch.object(loop, "plan_run", return_value=None):
+        assert with_runs == reference_report(documents)  # type: ignore[arg-type]

@@ -652,8 +652,10 @@ class EventLoop:
         if not decode.pending:
             return
         run = decode.in_flight
-        if run is not None and run.repeat > 1:  # a run of decode steps: those formed by now
-            # have taken their blocks before any reservation does; the rest are formed anew
+        if run is not None and run.repeat > 1 and not run.blocks_taken:
+            # a run of decode steps: those formed by now have taken their blocks before any
+            # reservation does; the rest are formed anew. Once settled, a later try in the
+            # same run finds it ending at its current step and takes nothing again.
             if run.truncate_at(now_us):
                 decode.completion_sequence = self._push_completion(run.end_us, decode.index)
             decode.memory.take_run_blocks(run)
