@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,15 +150,28 @@ def _compare_with_reference(
         pytest.fail(f"report differs from the reference; case written to {target / folder}")
 
 
-# --- KV cache, prefix caching and preemption (SPEC.md section 11) ------------------------------
+#: Each section's generated inputs need the implementation (and the reference) to read the
+#: versions that section introduced: the ``properties.reads_*`` question and those versions.
+SECTIONS: dict[str, tuple[Callable[[Description], bool], str]] = {
+    "kv_cache": (reads_kv_cache, "scenario 1.1 and workload 1.1 (R53)"),
+    "state_aware_routing": (reads_state_aware_routing, "scenario 1.2 and workload 1.1 (R57)"),
+    "sessions": (reads_sessions, "scenario 1.3 and workload 1.2 (R64)"),
+    "pools": (reads_pools, "scenario 1.4 (R86)"),
+    "styles": (reads_styles, "scenario 1.5 (R96)"),
+    "disaggregation": (reads_disaggregation, "scenario 1.6 (R108)"),
+}
 
 
-def _needs_kv_cache(description: Description, documents: Documents | None = None) -> None:
-    """Skip unless the implementation (and the reference) read scenario and workload 1.1;
+def _needs(section: str, description: Description, documents: Documents | None = None) -> None:
+    """Skip unless the implementation declares the versions of ``section`` (``SECTIONS``);
     reject a generated example whose timing it does not run (``_runs_timing``)."""
-    if not reads_kv_cache(description):
-        pytest.skip("the implementation does not declare scenario 1.1 and workload 1.1 (R53)")
+    declares, versions = SECTIONS[section]
+    if not declares(description):
+        pytest.skip(f"the implementation does not declare {versions}")
     _runs_timing(description, documents)
+
+
+# --- KV cache, prefix caching and preemption (SPEC.md section 11) ------------------------------
 
 
 def _runs_timing(description: Description, documents: Documents | None) -> None:
@@ -176,7 +190,7 @@ def test_kv_cache_single_run_invariants(
     """R45 to R52 with memory pressure: blocks in use within the cache and equal to the running
     requests' cached tokens, reuse in whole blocks below the prompt, every preempted request
     completed once, the cache counters adding up; and every invariant of sections 3 to 7."""
-    _needs_kv_cache(description, documents)
+    _needs("kv_cache", description, documents)
     scenario, workload, timing = documents
     report = runner.report(documents)
     invariants.check_report(scenario, workload, report)
@@ -191,7 +205,7 @@ def test_kv_cache_hashes_change_nothing_with_prefix_caching_off(
 ) -> None:
     """R47 (metamorphic): with prefix caching off no block is identified, so removing every
     prefix hash leaves the report as it was, but for the workload's digest."""
-    _needs_kv_cache(description, documents)
+    _needs("kv_cache", description, documents)
     scenario, workload, timing = documents
     off = {**scenario, "kv_cache": {**scenario["kv_cache"], "prefix_caching": False}}
     with_hashes = runner.report((off, workload, timing))
@@ -205,7 +219,7 @@ def test_kv_cache_hashes_change_nothing_without_a_cache(
     runner: PropertyRunner, description: Description, documents: Documents
 ) -> None:
     """R45, R47 (metamorphic): without ``kv_cache`` the hashes change nothing either."""
-    _needs_kv_cache(description, documents)
+    _needs("kv_cache", description, documents)
     scenario, workload, timing = documents
     with_hashes = runner.report(documents)
     without = runner.report((scenario, invariants.without_prefix_hashes(workload), timing))
@@ -218,7 +232,7 @@ def test_kv_cache_shifting_arrivals_shifts_times(
     runner: PropertyRunner, description: Description, documents: Documents, shift: int
 ) -> None:
     """R6, R7 (metamorphic) with a cache: blocks, reuse and preemptions depend on no clock."""
-    _needs_kv_cache(description, documents)
+    _needs("kv_cache", description, documents)
     _check_shifted_arrivals(runner, documents, shift)
 
 
@@ -232,7 +246,7 @@ def test_kv_cache_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on runs with a cache under memory pressure
     (only with --differential, and only when both read scenario and workload 1.1)."""
-    _needs_kv_cache(description, documents)
+    _needs("kv_cache", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-kv-cache")
 
 
@@ -244,21 +258,13 @@ def test_kv_cache_broken_inputs_are_rejected(
     """R3, R4, R5: a cache or hash member broken in one way is invalid input: exit 2 and no
     report (a block size that does not fit the hashes', too many hashes, hashes without their
     block size, a cache of no blocks, members at a version without them, a hash too big)."""
-    _needs_kv_cache(description, case[1])
+    _needs("kv_cache", description, case[1])
     fault, documents = case
     code, left_report = runner.rejects(documents)
     assert (code, left_report) == (2, False), f"{fault}: exit {code}, report left: {left_report}"
 
 
 # --- State-aware routing (SPEC.md section 12) ---------------------------------------------------
-
-
-def _needs_state_aware_routing(description: Description, documents: Documents) -> None:
-    """Skip unless the implementation (and the reference) read scenario 1.2 (R57); reject a
-    generated example whose timing it does not run (``_runs_timing``)."""
-    if not reads_state_aware_routing(description):
-        pytest.skip("the implementation does not declare scenario 1.2 and workload 1.1 (R57)")
-    _runs_timing(description, documents)
 
 
 @tier
@@ -270,7 +276,7 @@ def test_state_aware_routing_single_run_invariants(
     choices rebuilt from the report, cached blocks at routing within what the worker's earlier
     requests left there, no worker certainly cheaper than cache_aware's choice; and every
     invariant of sections 3 to 7 and 11."""
-    _needs_state_aware_routing(description, documents)
+    _needs("state_aware_routing", description, documents)
     scenario, workload, timing = documents
     report = runner.report(documents)
     invariants.check_report(scenario, workload, report)
@@ -283,7 +289,7 @@ def test_state_aware_routing_shifting_arrivals_shifts_times(
     runner: PropertyRunner, description: Description, documents: Documents, shift: int
 ) -> None:
     """R6, R7, R54 (metamorphic): what a router sees depends on order, not on the clock."""
-    _needs_state_aware_routing(description, documents)
+    _needs("state_aware_routing", description, documents)
     _check_shifted_arrivals(runner, documents, shift)
 
 
@@ -297,7 +303,7 @@ def test_state_aware_routing_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on state-aware routing (only with
     --differential, and only when both read scenario 1.2)."""
-    _needs_state_aware_routing(description, documents)
+    _needs("state_aware_routing", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-routing")
 
 
@@ -311,14 +317,6 @@ session_triples = st.one_of(
 )
 
 
-def _needs_sessions(description: Description, documents: Documents) -> None:
-    """Skip unless the implementation (and the reference) read scenario 1.3 and workload 1.2;
-    reject a generated example whose timing it does not run (``_runs_timing``)."""
-    if not reads_sessions(description):
-        pytest.skip("the implementation does not declare scenario 1.3 and workload 1.2 (R64)")
-    _runs_timing(description, documents)
-
-
 @tier
 @given(documents=session_triples)
 def test_sessions_single_run_invariants(
@@ -329,7 +327,7 @@ def test_sessions_single_run_invariants(
     cut off there, slo_met by R63's inclusive integer bounds, goodput within throughput, tpot_us
     over the completed requests with two tokens or more; and every invariant of sections 3 to
     7, 11 and 12."""
-    _needs_sessions(description, documents)
+    _needs("sessions", description, documents)
     scenario, workload, timing = documents
     report = runner.report(documents)
     invariants.check_report(scenario, workload, report)
@@ -344,7 +342,7 @@ def test_sessions_a_stop_after_every_terminal_time_changes_nothing(
 ) -> None:
     """R62 (metamorphic): a stop time after the last terminal time changes nothing but the
     scenario's digest."""
-    _needs_sessions(description, documents)
+    _needs("sessions", description, documents)
     scenario, workload, timing = documents
     free = {key: value for key, value in scenario.items() if key != "stop_at_us"}
     full = runner.report((free, workload, timing))
@@ -364,19 +362,11 @@ def test_sessions_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on section 13 (only with --differential, and
     only when both read scenario 1.3 and workload 1.2)."""
-    _needs_sessions(description, documents)
+    _needs("sessions", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-sessions")
 
 
 # --- Pools and attention data parallelism (SPEC.md section 15) ----------------------------------
-
-
-def _needs_pools(description: Description, documents: Documents) -> None:
-    """Skip unless the implementation (and the reference) read scenario 1.4 (R86); reject a
-    generated example whose timing it does not run (``_runs_timing``)."""
-    if not reads_pools(description):
-        pytest.skip("the implementation does not declare scenario 1.4 (R86)")
-    _runs_timing(description, documents)
 
 
 @tier
@@ -389,7 +379,7 @@ def test_pools_single_run_invariants(
     and its passes never overlap (R83); no rank's step exceeds its own pool's limits or cache
     (R78); a request runs on its own worker and rank only (R78, R85); weighted round robin keeps
     each worker within one request of its weight's share at every prefix (R81)."""
-    _needs_pools(description, documents)
+    _needs("pools", description, documents)
     scenario, _, _ = documents
     report = runner.report(documents)
     pool_invariants.check_pool_report(scenario, report)
@@ -406,19 +396,11 @@ def test_pools_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on pools and ranks (only with
     --differential, and only when both read scenario 1.4)."""
-    _needs_pools(description, documents)
+    _needs("pools", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-pools")
 
 
 # --- Scheduler styles (SPEC.md section 16) -------------------------------------------------------
-
-
-def _needs_styles(description: Description, documents: Documents) -> None:
-    """Skip unless the implementation (and the reference) read scenario 1.5 (R96); reject a
-    generated example whose timing it does not run (``_runs_timing``)."""
-    if not reads_styles(description):
-        pytest.skip("the implementation does not declare scenario 1.5 (R96)")
-    _runs_timing(description, documents)
 
 
 @tier
@@ -431,7 +413,7 @@ def test_styles_single_run_invariants(
     its ratio within R89's range; trtllm never preempts and reserves at most its cache; only
     sglang retracts, and retractions match the trace; every rank's step keeps its limits
     (R21, R78)."""
-    _needs_styles(description, documents)
+    _needs("styles", description, documents)
     scenario, _, _ = documents
     report = runner.report(documents)
     style_invariants.check_style_report(scenario, report)
@@ -449,19 +431,11 @@ def test_styles_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on the scheduler styles (only with
     --differential, and only when both read scenario 1.5)."""
-    _needs_styles(description, documents)
+    _needs("styles", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-styles")
 
 
 # --- Disaggregated prefill and decode (SPEC.md section 17) ---------------------------------------
-
-
-def _needs_disaggregation(description: Description, documents: Documents) -> None:
-    """Skip unless the implementation (and the reference) read scenario 1.6 (R108); reject a
-    generated example whose timing it does not run (``_runs_timing``)."""
-    if not reads_disaggregation(description):
-        pytest.skip("the implementation does not declare scenario 1.6 (R108)")
-    _runs_timing(description, documents)
 
 
 @tier
@@ -473,7 +447,7 @@ def test_disaggregation_single_run_invariants(
     policy, ranks, both styles, sessions, a closed loop and stop times): stamps in phase
     order, no client token before the activation, transfers by R103's formula, no prefill
     worker emitting a token, counts that add up; every rank's step keeps its limits."""
-    _needs_disaggregation(description, documents)
+    _needs("disaggregation", description, documents)
     scenario, _, _ = documents
     report = runner.report(documents)
     disagg_invariants.check_disaggregated_report(scenario, report)
@@ -491,5 +465,5 @@ def test_disaggregation_differential_against_reference(
 ) -> None:
     """Byte-for-byte agreement with the reference on disaggregated fleets (only with
     --differential, and only when both read scenario 1.6)."""
-    _needs_disaggregation(description, documents)
+    _needs("disaggregation", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-disaggregation")
