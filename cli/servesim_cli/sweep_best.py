@@ -26,8 +26,9 @@ from servesim_cli.sweep_search import meets
 
 #: The order, said once for the table's legend and the answers.
 ORDER = (
-    "the most goodput requests (the scenario's slo, R63; completed requests without one), "
-    "then the lowest p99 TTFT, then the lowest p99 ITL, then the first in the grid"
+    "the most goodput requests (those that met the scenario's slo, R63, or without slo the "
+    "completed ones), then the lowest p99 TTFT, then the lowest p99 ITL, then the first in "
+    "the grid"
 )
 
 

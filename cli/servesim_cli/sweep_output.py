@@ -259,8 +259,8 @@ def text_table(
     if pools:
         among = " that meet the target" if on_pools else " replayed to the end"
         table += (
-            f"\n\n* best pools of its other settings, among the points{among}: {sweep_best.ORDER}"
-            "; goodput: the requests it counts"
+            f"\n\n* the best pools for its other settings, among the points{among}: "
+            f"{sweep_best.ORDER}"
         )
     return table
 
@@ -271,8 +271,7 @@ def split_answers_text(plan: SweepPlan, results: Sequence[PointResult], target: 
     conditions = " and ".join(str(condition) for condition in target.conditions)
     lines = [
         f"target: the best pools with {conditions}",
-        "(not bisected: a split is not monotone, so every point was replayed; best: "
-        f"{sweep_best.ORDER})",
+        "(not bisected: a split is not monotone, so every point was replayed; best: as * above)",
     ]
     found = sweep_best.groups(plan, results, target)
     header = [axis for axis, _ in found[0].others] if found else []
