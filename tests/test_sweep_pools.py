@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from servesim_cli.main import main
 from servesim_cli.sweep_best import best_indices
 from servesim_cli.sweep_file import Point, PoolSizes, read_sweep
 from servesim_cli.sweep_run import PointResult, scenario_value
-from tests.helpers import scenario_doc, timing_doc, write_inputs
+from tests.helpers import EXAMPLES, scenario_doc, timing_doc, write_inputs
 
 # 36 requests in bursts of six, prompts of 60 to 152 tokens and 8 to 14 output tokens: few
 # prefill workers make TTFT long, few decode workers make the decode batches slow.
@@ -538,3 +540,54 @@ def test_an_aggregated_fleet_of_pools_sweeps_its_pools_too(tmp_path: Path) -> No
     # no slo: completed requests tie, so the lower p99 TTFT (four workers, not two) is best
     assert int(rows[1]["ttft_us_p99"]) < int(rows[0]["ttft_us_p99"])
     assert [row["best"] for row in rows] == ["false", "true"]
+
+
+def test_the_plot_draws_the_splits_along_x_a_curve_per_other_setting(
+    inputs: dict[str, Path], tmp_path: Path
+) -> None:
+    if not os.environ.get("SERVESIM_REQUIRE_PLOT"):
+        pytest.importorskip("matplotlib")
+    path = _sweep_file(tmp_path, {"speedup": [1, 2], "pools": {"split": ["p", "d"], "total": 4}})
+    assert _sweep(path, "--plot", tmp_path / "sweep.svg", "-j", "1", "-q") == 0
+    root = ET.parse(tmp_path / "sweep.svg").getroot()
+    ids = {element.get("id", "") for element in root.iter()}
+    assert {i for i in ids if i.startswith("sweep-")} == {
+        f"sweep-{m}-{n}" for m in ("ttft_us_p99", "e2e_us_p99") for n in (0, 1)
+    }
+    text = "".join(root.itertext())
+    assert "pools (p + d workers)" in text
+    assert all(tick in text for tick in ("1+3", "2+2", "3+1"))
+
+
+# --- the example of README's "Plots and sweeps" -------------------------------------------
+
+
+def test_the_disaggregation_example_finds_the_best_split_at_each_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's "Plots and sweeps": 8 GPUs split between prefill and decode, at the example
+    workload's rate and 1.5 times it. 4+4 is best at the given rate and 5+3 at 1.5 times; the
+    ends fail the targets (1+7: too few prefill workers for TTFT; 7+1: one decode worker)."""
+    sweep = EXAMPLES / "disaggregation" / "sweep.json"
+    assert _sweep(sweep, "--target", "--json", tmp_path / "t.json", "-j", "1", "-q") == 0
+    out = capsys.readouterr().out
+    assert (
+        "      1  prefill:4+decode:4      200           106,811 us            3,600 us  4 of 7"
+        in out
+    )
+    assert (
+        "    3/2  prefill:5+decode:3      200           111,965 us            7,200 us  3 of 7"
+        in out
+    )
+    document = json.loads((tmp_path / "t.json").read_text())
+    points = document["points"]
+    assert [point["meets_target"] for point in points] == [
+        False, False, True, True, True, True, False,
+        False, False, True, True, True, False, False,
+    ]  # fmt: skip
+    # p99 TTFT falls and rises again along the split: the reason it is not bisected
+    ttft = [point["ttft_us_p99"] for point in points[:7]]
+    low = ttft.index(min(ttft))
+    assert 0 < low < 6
+    assert ttft[: low + 1] == sorted(ttft[: low + 1], reverse=True)
+    assert ttft[low:] == sorted(ttft[low:])

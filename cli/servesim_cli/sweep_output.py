@@ -345,12 +345,12 @@ def _us(value: Any) -> str:
 def plot_bytes(
     plan: SweepPlan, results: Sequence[PointResult], fmt: str, target: Target | None
 ) -> bytes:
-    """p99 TTFT and E2E against one axis (workers when swept), a curve per combination of the
-    other axes; the target's thresholds as dashed lines."""
+    """p99 TTFT and E2E against one axis (workers or pools when swept), a curve per
+    combination of the other axes; the target's thresholds as dashed lines."""
     from servesim_cli.plot import figure_bytes, new_figure
 
     varying = [axis for axis, values in plan.axes if len(values) > 1] or [plan.axes[-1][0]]
-    x_axis = "workers" if "workers" in varying else varying[0]
+    x_axis = next((axis for axis in ("workers", "pools") if axis in varying), varying[0])
     figure = new_figure(11, 4)
     panels = figure.subplots(1, 2)
     curves: dict[tuple[tuple[str, Setting], ...], list[PointResult]] = {}
@@ -363,7 +363,7 @@ def plot_bytes(
     ):
         for number, (key, members) in enumerate(curves.items()):
             members.sort(key=lambda result: _sort_key(result.point.get(x_axis)))
-            xs = [show(member.point.get(x_axis) or 0) for member in members]
+            xs = [_tick(member.point.get(x_axis)) for member in members]
             numeric = all(isinstance(member.point.get(x_axis), int) for member in members)
             xvalues: list[Any] = [member.point.get(x_axis) for member in members] if numeric else xs
             label = " ".join(f"{a}={show(v)}" for a, v in key) or "all points"
@@ -376,7 +376,9 @@ def plot_bytes(
                 if f"{condition.metric}_{condition.statistic}" == metric:
                     panel.axhline(condition.at_most_us / 1000, linestyle="--", color="grey")
         panel.set_yscale("log")
-        panel.set_xlabel(x_axis)
+        panel.set_xlabel(
+            f"pools ({' + '.join(plan.pool_names())} workers)" if x_axis == "pools" else x_axis
+        )
         panel.set_ylabel(f"{title} (ms, log scale)")
         panel.set_title(title)
         panel.grid(True, which="both", alpha=0.3)
@@ -384,6 +386,13 @@ def plot_bytes(
             panel.legend(fontsize="small")
     figure.suptitle(f"servesim sweep {plan.file}")
     return figure_bytes(figure, fmt)
+
+
+def _tick(value: Setting | None) -> str:
+    """An x tick: pool sizes as their counts (``2+6``), the axis label names the pools."""
+    if isinstance(value, PoolSizes):
+        return "+".join(str(workers) for _, workers in value.sizes)
+    return show(value if value is not None else 0)
 
 
 def _sort_key(value: Setting | None) -> tuple[int, Any]:
