@@ -19,11 +19,20 @@ from typing import Any
 import pytest
 
 from servesim.replay import replay
-from servesim_cli.main import main
 from servesim_cli.sweep_best import best_indices
 from servesim_cli.sweep_file import Point, PoolSizes, read_sweep
 from servesim_cli.sweep_run import PointResult, scenario_value
-from tests.helpers import EXAMPLES, scenario_doc, timing_doc, write_inputs
+from tests.helpers import (
+    EXAMPLES,
+    csv_rows,
+    progress_lines,
+    run_sweep,
+    scenario_doc,
+    sweep_bytes,
+    sweep_file,
+    timing_doc,
+    write_inputs,
+)
 
 # 36 requests in bursts of six, prompts of 60 to 152 tokens and 8 to 14 output tokens: few
 # prefill workers make TTFT long, few decode workers make the decode batches slow.
@@ -78,30 +87,6 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
     return write_inputs(tmp_path, _disaggregated(), _WORKLOAD, _TIMING)
 
 
-def _sweep_file(folder: Path, axes: dict[str, Any], target: dict[str, Any] | None = None) -> Path:
-    document: dict[str, Any] = {
-        "document": "sweep",
-        "schema_version": "1.0",
-        "scenario": "scenario.json",
-        "workload": "workload.json",
-        "timing_profile": "timing-profile.json",
-        "axes": axes,
-    }
-    if target is not None:
-        document["target"] = target
-    path = folder / "sweep.json"
-    path.write_text(json.dumps(document))
-    return path
-
-
-def _sweep(*arguments: str | Path) -> int:
-    return main(["sweep", *map(str, arguments)])
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(io.StringIO(path.read_text())))
-
-
 _SPLIT = {"split": ["p", "d"], "total": 6}
 
 
@@ -109,7 +94,7 @@ _SPLIT = {"split": ["p", "d"], "total": 6}
 
 
 def test_a_list_of_pool_sizes_expands_as_written(tmp_path: Path) -> None:
-    path = _sweep_file(
+    path = sweep_file(
         tmp_path,
         {"pools": [{"p": 2, "d": 6}, {"d": 5, "p": 3}], "speedup": [1, 2]},
     )
@@ -157,7 +142,7 @@ def test_a_list_of_pool_sizes_expands_as_written(tmp_path: Path) -> None:
 def test_a_split_gives_every_way_of_sharing_the_total(
     tmp_path: Path, split: dict[str, Any], expected: list[tuple[int, ...]]
 ) -> None:
-    plan = read_sweep(_sweep_file(tmp_path, {"pools": split}))
+    plan = read_sweep(sweep_file(tmp_path, {"pools": split}))
     values = [value for value in plan.values("pools") if isinstance(value, PoolSizes)]
     assert len(values) == len(plan.values("pools"))
     assert [tuple(workers for _, workers in value.sizes) for value in values] == expected
@@ -195,8 +180,8 @@ def test_a_pools_axis_that_does_not_fit_the_scenario_names_the_pointer(
     axes: dict[str, Any],
     expected: str,
 ) -> None:
-    path = _sweep_file(tmp_path, axes)
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
+    path = sweep_file(tmp_path, axes)
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
     error = capsys.readouterr().err
     assert f"{path}: " + expected.format(scenario=inputs["scenario"]) in error
     assert "Traceback" not in error
@@ -239,8 +224,8 @@ def test_a_pools_axis_that_does_not_fit_the_scenario_names_the_pointer(
 def test_a_bad_pools_axis_is_reported_before_the_scenario_is_read(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], axes: dict[str, Any], expected: str
 ) -> None:
-    path = _sweep_file(tmp_path, axes)  # no scenario at all: the file's own problems come first
-    assert _sweep(path, "-j", "1") == 2
+    path = sweep_file(tmp_path, axes)  # no scenario at all: the file's own problems come first
+    assert run_sweep(path, "-j", "1") == 2
     assert f"{path}: {expected}" in capsys.readouterr().err
 
 
@@ -248,8 +233,8 @@ def test_a_pools_axis_on_a_fleet_of_workers_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     paths = write_inputs(tmp_path, scenario_doc(workers=2), _WORKLOAD, _TIMING)
-    path = _sweep_file(tmp_path, {"pools": _SPLIT})
-    assert _sweep(path, "-j", "1") == 2
+    path = sweep_file(tmp_path, {"pools": _SPLIT})
+    assert run_sweep(path, "-j", "1") == 2
     assert (
         f"{path}: at /axes/pools: the pools axis sizes fleet.pools, and the scenario "
         f"{paths['scenario']} has fleet.workers: sweep the workers axis instead"
@@ -263,8 +248,8 @@ def test_a_scheduler_axis_no_pool_uses_is_refused(
     for pool in scenario["fleet"]["pools"]:
         pool["scheduler"] = scenario["scheduler"]
     write_inputs(tmp_path, scenario, _WORKLOAD, _TIMING)
-    path = _sweep_file(tmp_path, {"max_num_seqs": [2, 4], "pools": _SPLIT})
-    assert _sweep(path, "-j", "1") == 2
+    path = sweep_file(tmp_path, {"max_num_seqs": [2, 4], "pools": _SPLIT})
+    assert run_sweep(path, "-j", "1") == 2
     assert (
         f"{path}: at /axes/max_num_seqs: the max_num_seqs axis sets the scenario's scheduler, "
         "which no pool of"
@@ -276,8 +261,8 @@ def test_a_point_that_breaks_the_disaggregated_scenario_is_reported_before_anyth
 ) -> None:
     # R97 forbids a decode pool's weight, which weighted round robin would need; here: R4 on
     # the pools' limits, max_batched_tokens 256 under max_num_seqs 512
-    path = _sweep_file(tmp_path, {"max_num_seqs": [4, 512], "pools": _SPLIT})
-    assert _sweep(path, "-j", "1") == 2
+    path = sweep_file(tmp_path, {"max_num_seqs": [4, 512], "pools": _SPLIT})
+    assert run_sweep(path, "-j", "1") == 2
     error = capsys.readouterr().err
     assert f"{path}: at /axes: point max_num_seqs=512 pools=p:1+d:5 makes the scenario invalid" in (
         error
@@ -324,10 +309,10 @@ def _best_by_hand(rows: list[dict[str, str]], eligible: Any) -> set[str]:
 def test_each_row_is_its_split_and_the_table_marks_the_best(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _sweep_file(tmp_path, {"speedup": [1, 2], "pools": _SPLIT})
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1", "-q") == 0
+    path = sweep_file(tmp_path, {"speedup": [1, 2], "pools": _SPLIT})
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1", "-q") == 0
     out = capsys.readouterr().out
-    rows = _rows(tmp_path / "out.csv")
+    rows = csv_rows(tmp_path / "out.csv")
     header = next(csv.reader(io.StringIO((tmp_path / "out.csv").read_text())))
     assert header[:5] == ["point", "speedup", "pools.p", "pools.d", "best"]
     assert [(row["speedup"], row["pools.p"], row["pools.d"]) for row in rows] == [
@@ -358,19 +343,19 @@ def test_each_row_is_its_split_and_the_table_marks_the_best(
 def test_a_target_on_pools_replays_every_split_and_marks_the_best_that_meets(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    grid = _sweep_file(tmp_path, {"speedup": [1, 2], "pools": _SPLIT})
-    assert _sweep(grid, "--csv", tmp_path / "grid.csv", "-j", "1", "-q") == 0
-    rows = _rows(tmp_path / "grid.csv")
+    grid = sweep_file(tmp_path, {"speedup": [1, 2], "pools": _SPLIT})
+    assert run_sweep(grid, "--csv", tmp_path / "grid.csv", "-j", "1", "-q") == 0
+    rows = csv_rows(tmp_path / "grid.csv")
     # the lowest p99 ITL of the grid as the bound: only the splits with the most decode
     # workers meet it, and they are not the ones with the most goodput
     threshold = min(int(row["itl_us_p99"]) for row in rows)
     condition = {"metric": "itl_us", "statistic": "p99", "at_most_us": threshold}
-    _sweep_file(
+    sweep_file(
         tmp_path, {"speedup": [1, 2], "pools": _SPLIT}, {"axis": "pools", "conditions": [condition]}
     )
     capsys.readouterr()
     assert (
-        _sweep(
+        run_sweep(
             grid,
             "--target",
             "--csv",
@@ -383,7 +368,7 @@ def test_a_target_on_pools_replays_every_split_and_marks_the_best_that_meets(
         )
         == 0
     )
-    target_rows = _rows(tmp_path / "t.csv")
+    target_rows = csv_rows(tmp_path / "t.csv")
     assert len(target_rows) == len(rows)  # not bisected: every point replayed
 
     def meets(row: dict[str, str]) -> bool:
@@ -429,7 +414,7 @@ def _result(point: Point, **columns: Any) -> PointResult:
 
 
 def test_the_best_point_follows_the_stated_order(tmp_path: Path) -> None:
-    plan = read_sweep(_sweep_file(tmp_path, {"pools": {"split": ["p", "d"], "total": 6}}))
+    plan = read_sweep(sweep_file(tmp_path, {"pools": {"split": ["p", "d"], "total": 6}}))
     points = plan.points()  # p:1+d:5 ... p:5+d:1
     # without slo the completed requests count: 10 everywhere but point 4 (a failure, which
     # is never best); the lowest p99 TTFT wins, then the lowest p99 ITL, then the first
@@ -448,7 +433,7 @@ def test_the_best_point_follows_the_stated_order(tmp_path: Path) -> None:
     results[1] = _result(points[1], ttft_us_p99=200, itl_us_p99=9, goodput_requests=7)
     assert best_indices(plan, results, None) == {0}
     # a workers sweep has no best point
-    other = read_sweep(_sweep_file(tmp_path, {"workers": [1, 2]}))
+    other = read_sweep(sweep_file(tmp_path, {"workers": [1, 2]}))
     assert best_indices(other, [_result(p, ttft_us_p99=1) for p in other.points()], None) == set()
 
 
@@ -464,7 +449,7 @@ def test_pool_sizes_render_and_compare_by_value() -> None:
 
 def test_the_routing_axis_routes_the_prefill_side_and_keeps_routing_decode(tmp_path: Path) -> None:
     plan = read_sweep(
-        _sweep_file(tmp_path, {"routing": ["round_robin", "least_loaded"], "pools": _SPLIT})
+        sweep_file(tmp_path, {"routing": ["round_robin", "least_loaded"], "pools": _SPLIT})
     )
     base = _disaggregated()
     values = [scenario_value(base, point) for point in plan.points()[4:6]]
@@ -481,7 +466,7 @@ def test_process_pool_and_in_process_write_the_same_bytes(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     condition = {"metric": "ttft_us", "statistic": "p99", "at_most_us": 40_000}
-    path = _sweep_file(
+    path = sweep_file(
         tmp_path,
         {"routing": ["round_robin", "least_loaded"], "pools": {"split": ["p", "d"], "total": 4}},
         {"axis": "pools", "conditions": [condition]},
@@ -490,29 +475,9 @@ def test_process_pool_and_in_process_write_the_same_bytes(
     for jobs in ("1", "2"):
         for options in ((), ("--target",)):
             name = f"{jobs}{''.join(options)}"
-            assert (
-                _sweep(
-                    path,
-                    *options,
-                    "--csv",
-                    tmp_path / f"{name}.csv",
-                    "--json",
-                    tmp_path / f"{name}.json",
-                    "-j",
-                    jobs,
-                )
-                == 0
-            )
-            progress = [
-                line
-                for line in capsys.readouterr().err.splitlines()
-                if line.startswith("servesim sweep: [")
-            ]
+            outputs[name] = sweep_bytes(path, tmp_path, name, *options, "-j", jobs)
+            progress = progress_lines(capsys.readouterr().err)
             assert len(progress) == 6  # every point, with or without --target
-            outputs[name] = (
-                (tmp_path / f"{name}.csv").read_bytes(),
-                (tmp_path / f"{name}.json").read_bytes(),
-            )
     assert outputs["1"] == outputs["2"]
     assert outputs["1--target"] == outputs["2--target"]
     document = json.loads(outputs["2"][1])
@@ -532,9 +497,9 @@ def test_an_aggregated_fleet_of_pools_sweeps_its_pools_too(tmp_path: Path) -> No
     del scenario["kv_transfer"]
     del scenario["routing"]["decode"]
     write_inputs(tmp_path, scenario, _WORKLOAD, _TIMING)
-    path = _sweep_file(tmp_path, {"pools": [{"p": 1, "d": 1}, {"p": 2, "d": 2}]})
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1", "-q") == 0
-    rows = _rows(tmp_path / "out.csv")
+    path = sweep_file(tmp_path, {"pools": [{"p": 1, "d": 1}, {"p": 2, "d": 2}]})
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1", "-q") == 0
+    rows = csv_rows(tmp_path / "out.csv")
     assert [row["goodput_requests"] for row in rows] == ["", ""]  # no slo: no goodput
     assert [row["completed"] for row in rows] == ["36", "36"]
     # no slo: completed requests tie, so the lower p99 TTFT (four workers, not two) is best
@@ -547,8 +512,8 @@ def test_the_plot_draws_the_splits_along_x_a_curve_per_other_setting(
 ) -> None:
     if not os.environ.get("SERVESIM_REQUIRE_PLOT"):
         pytest.importorskip("matplotlib")
-    path = _sweep_file(tmp_path, {"speedup": [1, 2], "pools": {"split": ["p", "d"], "total": 4}})
-    assert _sweep(path, "--plot", tmp_path / "sweep.svg", "-j", "1", "-q") == 0
+    path = sweep_file(tmp_path, {"speedup": [1, 2], "pools": {"split": ["p", "d"], "total": 4}})
+    assert run_sweep(path, "--plot", tmp_path / "sweep.svg", "-j", "1", "-q") == 0
     root = ET.parse(tmp_path / "sweep.svg").getroot()
     ids = {element.get("id", "") for element in root.iter()}
     assert {i for i in ids if i.startswith("sweep-")} == {
@@ -569,7 +534,7 @@ def test_the_disaggregation_example_finds_the_best_split_at_each_rate(
     workload's rate and 1.5 times it. 4+4 is best at the given rate and 5+3 at 1.5 times; the
     ends fail the targets (1+7: too few prefill workers for TTFT; 7+1: one decode worker)."""
     sweep = EXAMPLES / "disaggregation" / "sweep.json"
-    assert _sweep(sweep, "--target", "--json", tmp_path / "t.json", "-j", "1", "-q") == 0
+    assert run_sweep(sweep, "--target", "--json", tmp_path / "t.json", "-j", "1", "-q") == 0
     out = capsys.readouterr().out
     assert (
         "      1  prefill:4+decode:4      200           106,811 us            3,600 us  4 of 7"
