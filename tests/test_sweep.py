@@ -262,6 +262,29 @@ def test_each_row_is_the_replay_of_its_point(inputs: dict[str, Path], tmp_path: 
     assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1", "-q") == 0
     rows = csv_rows(tmp_path / "out.csv")
     assert [row["point"] for row in rows] == [str(n) for n in range(8)]
+    # README's column order, written out: a column added later goes last (goodput_requests,
+    # empty without slo), so the columns before it keep their places
+    statistics = ("mean", "p50", "p90", "p95", "p99", "max")
+    assert list(rows[0]) == [
+        "point",
+        "speedup",
+        "prefill",
+        "workers",
+        "status",
+        "requests",
+        "completed",
+        "rejected",
+        "makespan_us",
+        "request_throughput_per_s",
+        "output_token_throughput_per_s",
+        *(f"{m}_{s}" for m in ("queue_us", "ttft_us", "itl_us", "e2e_us") for s in statistics),
+        "utilization_mean",
+        "utilization_min",
+        "utilization_max",
+        "message",
+        "goodput_requests",
+    ]
+    assert {row["goodput_requests"] for row in rows} == {""}
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     for row in rows:

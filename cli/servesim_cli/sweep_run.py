@@ -25,13 +25,13 @@ from servesim_cli.sweep_file import Point, PoolSizes, routing_member
 METRICS: tuple[str, ...] = ("queue_us", "ttft_us", "itl_us", "e2e_us")
 STATISTICS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99", "max")
 
-#: The result columns, after the point's settings, in table order.
+#: The result columns, after the point's settings, in table order (README, "Plots and sweeps").
+#: A new column goes last, so that the columns a CSV reader knew keep their places.
 RESULT_COLUMNS: tuple[str, ...] = (
     "status",
     "requests",
     "completed",
     "rejected",
-    "goodput_requests",
     "makespan_us",
     "request_throughput_per_s",
     "output_token_throughput_per_s",
@@ -40,6 +40,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "utilization_min",
     "utilization_max",
     "message",
+    "goodput_requests",  # R63: only with the scenario's slo; added after the columns above
 )
 
 
