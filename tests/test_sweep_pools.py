@@ -210,6 +210,9 @@ def test_a_pools_axis_that_does_not_fit_the_scenario_names_the_pointer(
             "at /axes/pools/split: ['p', 'p'] has non-unique elements",
         ),
         ({"pools": [{"p": 0}]}, "at /axes/pools/0/p: 0 is less than the minimum of 1"),
+        # a value of one form is told what that form lacks, not every form's description
+        ({"pools": {"split": ["p", "d"]}}, "at /axes/pools: 'total' is a required property"),
+        ({"pools": []}, "at /axes/pools: [] should be non-empty"),
         (
             {"pools": _SPLIT, "workers": [1]},
             "at /axes/pools: the axes workers (fleet.workers) and pools (fleet.pools' sizes) "

@@ -200,7 +200,27 @@ def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem
                 if len(branch.absolute_path) == deepest
                 for problem in _describe(branch, file)
             ]
+        fitting = _fitting_form(error)
+        if fitting:  # {"split": [...]} without total: about total, not every form
+            return [problem for branch in fitting for problem in _describe(branch, file)]
     return [InputProblem(file, pointer(error.absolute_path), _message(error))]
+
+
+def _fitting_form(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """The errors of the one form of an ``anyOf`` whose type the value has, when only one has
+    it (an object against a list-or-object axis); none otherwise."""
+    forms: dict[Any, list[jsonschema.ValidationError]] = {}
+    for branch in error.context or ():
+        forms.setdefault(branch.schema_path[0], []).append(branch)
+    fitting = [
+        branches
+        for branches in forms.values()
+        if not any(
+            branch.validator == "type" and branch.absolute_path == error.absolute_path
+            for branch in branches
+        )
+    ]
+    return fitting[0] if len(fitting) == 1 else []
 
 
 def _schema_problems(value: Any, file: str) -> list[InputProblem]:
