@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import csv
 import importlib.util
 import io
 import json
@@ -91,6 +92,47 @@ def write_inputs(
     for role, document in zip(paths, (scenario, workload, timing), strict=True):
         paths[role].write_text(json.dumps(document), encoding="utf-8")
     return paths
+
+
+def sweep_file(folder: Path, axes: dict[str, Any], target: dict[str, Any] | None = None) -> Path:
+    """A sweep file ``folder/sweep.json`` over the documents of ``write_inputs``."""
+    document: dict[str, Any] = {
+        "document": "sweep",
+        "schema_version": "1.0",
+        "scenario": "scenario.json",
+        "workload": "workload.json",
+        "timing_profile": "timing-profile.json",
+        "axes": axes,
+    }
+    if target is not None:
+        document["target"] = target
+    path = folder / "sweep.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+def run_sweep(*arguments: str | Path) -> int:
+    """``servesim sweep`` in this process; its exit status."""
+    from servesim_cli.main import main
+
+    return main(["sweep", *map(str, arguments)])
+
+
+def sweep_bytes(path: Path, folder: Path, name: str, *options: str) -> tuple[bytes, bytes]:
+    """``servesim sweep`` writing ``folder/name.csv`` and ``.json`` (exit 0); their bytes."""
+    out = folder / f"{name}.csv", folder / f"{name}.json"
+    assert run_sweep(path, *options, "--csv", out[0], "--json", out[1]) == 0
+    return out[0].read_bytes(), out[1].read_bytes()
+
+
+def progress_lines(err: str) -> list[str]:
+    """The progress lines ``servesim sweep`` wrote on stderr, a point each."""
+    return [line for line in err.splitlines() if line.startswith("servesim sweep: [")]
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """A CSV file's rows by column name."""
+    return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
 
 
 def load_module(name: str, path: Path) -> ModuleType:

@@ -8,8 +8,6 @@ when Ray is not installed and ``SERVESIM_REQUIRE_RAY`` is unset (``tox -e extras
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import sys
@@ -24,11 +22,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servesim.replay import replay
-from servesim_cli.main import main
 from servesim_cli.sweep_file import Condition, Point, read_sweep
 from servesim_cli.sweep_run import PointResult, scaled_arrival, scenario_value
 from servesim_cli.sweep_search import Search, search
-from tests.helpers import EXAMPLES, scenario_doc, timing_doc, workload_doc, write_inputs
+from tests.helpers import (
+    EXAMPLES,
+    csv_rows,
+    progress_lines,
+    run_sweep,
+    scenario_doc,
+    sweep_bytes,
+    sweep_file,
+    timing_doc,
+    workload_doc,
+    write_inputs,
+)
 
 # 24 requests in bursts: more workers shorten the queues, so latency falls with workers.
 _REQUESTS = [(f"r{n}", (n // 6) * 40_000, 30 + 7 * (n % 5), 6 + n % 4) for n in range(24)]
@@ -42,30 +50,6 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
         workload_doc(*_REQUESTS),
         timing_doc(step_overhead_ns=2_000_000, prefill_token_ns=50_000, decode_token_ns=400_000),
     )
-
-
-def _sweep_file(folder: Path, axes: dict[str, Any], target: dict[str, Any] | None = None) -> Path:
-    document: dict[str, Any] = {
-        "document": "sweep",
-        "schema_version": "1.0",
-        "scenario": "scenario.json",
-        "workload": "workload.json",
-        "timing_profile": "timing-profile.json",
-        "axes": axes,
-    }
-    if target is not None:
-        document["target"] = target
-    path = folder / "sweep.json"
-    path.write_text(json.dumps(document))
-    return path
-
-
-def _sweep(*arguments: str | Path) -> int:
-    return main(["sweep", *map(str, arguments)])
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
 # --- the sweep file -----------------------------------------------------------------------
@@ -90,11 +74,12 @@ def _rows(path: Path) -> list[dict[str, str]]:
         ),
         (
             lambda d: d["axes"].update(speedup=[-1]),
-            "at /axes/speedup/0: -1 is not an allowed value",
+            "at /axes/speedup/0: -1 is less than or equal to the minimum of 0",
         ),
         (
             lambda d: d["axes"].update(routing=["random"]),
-            'at /axes/routing/0: "random" is not an allowed value',
+            'at /axes/routing/0: expected "round_robin", "least_loaded", "cache_aware"; '
+            'found "random"',
         ),
         (
             lambda d: (
@@ -134,11 +119,11 @@ def test_a_bad_sweep_file_names_the_pointer_and_writes_nothing(
     change: Any,
     expected: str,
 ) -> None:
-    path = _sweep_file(tmp_path, {"workers": [1, 2]})
+    path = sweep_file(tmp_path, {"workers": [1, 2]})
     document = json.loads(path.read_text())
     change(document)
     path.write_text(json.dumps(document))
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
     error = capsys.readouterr().err
     assert f"{path}: {expected}" in error
     assert "Traceback" not in error
@@ -148,8 +133,8 @@ def test_a_bad_sweep_file_names_the_pointer_and_writes_nothing(
 def test_a_point_that_breaks_the_scenario_is_reported_before_anything_runs(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _sweep_file(tmp_path, {"max_num_seqs": [4, 128], "workers": [1, 2]})
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
+    path = sweep_file(tmp_path, {"max_num_seqs": [4, 128], "workers": [1, 2]})
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
     captured = capsys.readouterr()
     assert (
         f"{path}: at /axes: point max_num_seqs=128 workers=1 makes the scenario invalid: at "
@@ -163,8 +148,8 @@ def test_cache_aware_routing_without_a_cache_is_reported_before_anything_runs(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # R56: cache_aware needs kv_cache with prefix caching; the base scenario has no cache
-    path = _sweep_file(tmp_path, {"routing": ["least_loaded", "cache_aware"]})
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
+    path = sweep_file(tmp_path, {"routing": ["least_loaded", "cache_aware"]})
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 2
     captured = capsys.readouterr()
     assert f"{path}: at /axes: point routing=cache_aware makes the scenario invalid" in (
         captured.err
@@ -175,7 +160,7 @@ def test_cache_aware_routing_without_a_cache_is_reported_before_anything_runs(
 
 
 def test_state_aware_routing_points_are_scenario_1_2(tmp_path: Path) -> None:
-    path = _sweep_file(
+    path = sweep_file(
         tmp_path,
         {
             "routing": [
@@ -201,8 +186,8 @@ def test_state_aware_routing_points_are_scenario_1_2(tmp_path: Path) -> None:
 def test_a_missing_base_input_names_its_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _sweep_file(tmp_path, {"workers": [1]})
-    assert _sweep(path, "-j", "1") == 2
+    path = sweep_file(tmp_path, {"workers": [1]})
+    assert run_sweep(path, "-j", "1") == 2
     assert (
         f"{tmp_path / 'scenario.json'}: at (document root): cannot read the file"
         in capsys.readouterr().err
@@ -212,15 +197,15 @@ def test_a_missing_base_input_names_its_file(
 def test_target_needs_a_target_member(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _sweep_file(tmp_path, {"workers": [1, 2]})
-    assert _sweep(path, "--target", "-j", "1") == 2
+    path = sweep_file(tmp_path, {"workers": [1, 2]})
+    assert run_sweep(path, "--target", "-j", "1") == 2
     assert f"{path}: at /target: --target needs a target member" in capsys.readouterr().err
 
 
 def test_axes_expand_in_a_fixed_order_with_exact_speedups(
     inputs: dict[str, Path], tmp_path: Path
 ) -> None:
-    path = _sweep_file(
+    path = sweep_file(
         tmp_path,
         {
             "workers": {"min": 1, "max": 3},
@@ -272,12 +257,35 @@ def _replayed_summary(
 
 
 def test_each_row_is_the_replay_of_its_point(inputs: dict[str, Path], tmp_path: Path) -> None:
-    path = _sweep_file(
+    path = sweep_file(
         tmp_path, {"workers": [1, 3], "speedup": [1, "5/2"], "prefill": ["whole", 16]}
     )
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1", "-q") == 0
-    rows = _rows(tmp_path / "out.csv")
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1", "-q") == 0
+    rows = csv_rows(tmp_path / "out.csv")
     assert [row["point"] for row in rows] == [str(n) for n in range(8)]
+    # README's column order, written out: a column added later goes last (goodput_requests,
+    # empty without slo), so the columns before it keep their places
+    statistics = ("mean", "p50", "p90", "p95", "p99", "max")
+    assert list(rows[0]) == [
+        "point",
+        "speedup",
+        "prefill",
+        "workers",
+        "status",
+        "requests",
+        "completed",
+        "rejected",
+        "makespan_us",
+        "request_throughput_per_s",
+        "output_token_throughput_per_s",
+        *(f"{m}_{s}" for m in ("queue_us", "ttft_us", "itl_us", "e2e_us") for s in statistics),
+        "utilization_mean",
+        "utilization_min",
+        "utilization_max",
+        "message",
+        "goodput_requests",
+    ]
+    assert {row["goodput_requests"] for row in rows} == {""}
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     for row in rows:
@@ -303,34 +311,15 @@ def test_each_row_is_the_replay_of_its_point(inputs: dict[str, Path], tmp_path: 
 def test_process_pool_and_in_process_write_the_same_bytes(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _sweep_file(
+    path = sweep_file(
         tmp_path,
         {"workers": [1, 2, 3], "routing": ["round_robin", {"policy": "random", "seed": 5}]},
     )
     outputs = {}
     for jobs in ("1", "2"):
-        assert (
-            _sweep(
-                path,
-                "--csv",
-                tmp_path / f"{jobs}.csv",
-                "--json",
-                tmp_path / f"{jobs}.json",
-                "-j",
-                jobs,
-            )
-            == 0
-        )
-        progress = [
-            line
-            for line in capsys.readouterr().err.splitlines()
-            if line.startswith("servesim sweep: [")
-        ]
+        outputs[jobs] = sweep_bytes(path, tmp_path, jobs, "-j", jobs)
+        progress = progress_lines(capsys.readouterr().err)
         assert len(progress) == 6  # one progress line per point, on stderr
-        outputs[jobs] = (
-            (tmp_path / f"{jobs}.csv").read_bytes(),
-            (tmp_path / f"{jobs}.json").read_bytes(),
-        )
     assert outputs["1"] == outputs["2"]
     document = json.loads(outputs["2"][1])
     assert [point["point"] for point in document["points"]] == list(range(6))
@@ -341,8 +330,8 @@ def test_process_pool_and_in_process_write_the_same_bytes(
 
 
 def test_reports_folder_holds_each_points_report(inputs: dict[str, Path], tmp_path: Path) -> None:
-    path = _sweep_file(tmp_path, {"workers": [1, 2]})
-    assert _sweep(path, "--reports", tmp_path / "reports", "-j", "1", "-q") == 0
+    path = sweep_file(tmp_path, {"workers": [1, 2]})
+    assert run_sweep(path, "--reports", tmp_path / "reports", "-j", "1", "-q") == 0
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
         "point-0.json",
         "point-1.json",
@@ -362,9 +351,9 @@ def test_a_point_outside_a_measured_profile_is_a_row_not_a_crash(
     ):
         (tmp_path / name).write_bytes((basic / source).read_bytes())
     # the grid covers up to 4 decoding requests: max_num_seqs 8 on one worker goes beyond it
-    path = _sweep_file(tmp_path, {"max_num_seqs": [4, 8], "workers": [1]})
-    assert _sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 0
-    rows = _rows(tmp_path / "out.csv")
+    path = sweep_file(tmp_path, {"max_num_seqs": [4, 8], "workers": [1]})
+    assert run_sweep(path, "--csv", tmp_path / "out.csv", "-j", "1") == 0
+    rows = csv_rows(tmp_path / "out.csv")
     assert [row["status"] for row in rows] == ["ok", "out_of_coverage"]
     assert "decode_requests 5 is not in 0..4" in rows[1]["message"]
     assert (
@@ -394,7 +383,7 @@ def _fake_batch(metric: Any, calls: list[list[int]]) -> Any:
 
 def _plan(tmp_path: Path, axes: dict[str, Any], at_most: int) -> Any:
     condition = {"metric": "ttft_us", "statistic": "p99", "at_most_us": at_most}
-    return read_sweep(_sweep_file(tmp_path, axes, {"axis": "workers", "conditions": [condition]}))
+    return read_sweep(sweep_file(tmp_path, axes, {"axis": "workers", "conditions": [condition]}))
 
 
 @pytest.mark.parametrize("parallel", [1, 6])
@@ -449,15 +438,15 @@ def test_target_answer_equals_a_scan_of_the_whole_grid(
     inputs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     axes = {"workers": {"min": 1, "max": 8}, "speedup": [1, 3]}
-    grid = _sweep_file(tmp_path, axes)
-    assert _sweep(grid, "--csv", tmp_path / "grid.csv", "-j", "2", "-q") == 0
-    rows = _rows(tmp_path / "grid.csv")
+    grid = sweep_file(tmp_path, axes)
+    assert run_sweep(grid, "--csv", tmp_path / "grid.csv", "-j", "2", "-q") == 0
+    rows = csv_rows(tmp_path / "grid.csv")
     threshold = sorted(int(row["ttft_us_p99"]) for row in rows)[len(rows) // 2]
     condition = {"metric": "ttft_us", "statistic": "p99", "at_most_us": threshold}
-    _sweep_file(tmp_path, axes, {"axis": "workers", "conditions": [condition]})
+    sweep_file(tmp_path, axes, {"axis": "workers", "conditions": [condition]})
     capsys.readouterr()
     assert (
-        _sweep(
+        run_sweep(
             grid,
             "--target",
             "--json",
@@ -481,7 +470,7 @@ def test_target_answer_equals_a_scan_of_the_whole_grid(
         if answer["below"] is not None:
             assert answer["below"]["workers"] == answer["workers"] - 1
             assert answer["below"]["ttft_us_p99"] > threshold >= answer["meets"]["ttft_us_p99"]
-    target_rows = _rows(tmp_path / "target.csv")
+    target_rows = csv_rows(tmp_path / "target.csv")
     assert len(target_rows) < len(rows)  # bisection replayed fewer points
     for row in target_rows:
         assert row["meets_target"] == ("true" if int(row["ttft_us_p99"]) <= threshold else "false")
@@ -497,8 +486,8 @@ def test_sweep_plot_draws_a_curve_per_other_setting(
 ) -> None:
     if not os.environ.get("SERVESIM_REQUIRE_PLOT"):
         pytest.importorskip("matplotlib")
-    path = _sweep_file(tmp_path, {"workers": [1, 2, 4], "speedup": [1, 2]})
-    assert _sweep(path, "--plot", tmp_path / "sweep.svg", "-j", "1", "-q") == 0
+    path = sweep_file(tmp_path, {"workers": [1, 2, 4], "speedup": [1, 2]})
+    assert run_sweep(path, "--plot", tmp_path / "sweep.svg", "-j", "1", "-q") == 0
     root = ET.parse(tmp_path / "sweep.svg").getroot()
     ids = {element.get("id", "") for element in root.iter()}
     assert {i for i in ids if i.startswith("sweep-")} == {
@@ -513,8 +502,10 @@ def test_sweep_plot_without_matplotlib_says_so_before_running(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    path = _sweep_file(tmp_path, {"workers": [1]})
-    assert _sweep(path, "--plot", tmp_path / "p.png", "--csv", tmp_path / "t.csv", "-j", "1") == 2
+    path = sweep_file(tmp_path, {"workers": [1]})
+    assert (
+        run_sweep(path, "--plot", tmp_path / "p.png", "--csv", tmp_path / "t.csv", "-j", "1") == 2
+    )
     assert "pip install 'servesim[plot]'" in capsys.readouterr().err
     assert not (tmp_path / "t.csv").exists()
 
@@ -526,8 +517,8 @@ def test_executor_ray_without_ray_says_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    path = _sweep_file(tmp_path, {"workers": [1]})
-    assert _sweep(path, "--executor", "ray") == 2
+    path = sweep_file(tmp_path, {"workers": [1]})
+    assert run_sweep(path, "--executor", "ray") == 2
     assert "pip install 'servesim[ray]'" in capsys.readouterr().err
 
 
@@ -539,7 +530,7 @@ def test_ray_executor_on_a_local_instance_matches_local_processes(
     else:
         ray = pytest.importorskip("ray")
     condition = {"metric": "ttft_us", "statistic": "p99", "at_most_us": 12_500}
-    path = _sweep_file(
+    path = sweep_file(
         tmp_path,
         {"workers": {"min": 1, "max": 6}, "speedup": [1, 2]},
         {"axis": "workers", "conditions": [condition]},
@@ -547,13 +538,14 @@ def test_ray_executor_on_a_local_instance_matches_local_processes(
     runs = {"grid": (), "target": ("--target",)}
     for name, options in runs.items():
         assert (
-            _sweep(path, *options, "--json", tmp_path / f"{name}-local.json", "-j", "2", "-q") == 0
+            run_sweep(path, *options, "--json", tmp_path / f"{name}-local.json", "-j", "2", "-q")
+            == 0
         )
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         for name, options in runs.items():
             output = tmp_path / f"{name}-ray.json"
-            assert _sweep(path, *options, "--json", output, "--executor", "ray", "-q") == 0
+            assert run_sweep(path, *options, "--json", output, "--executor", "ray", "-q") == 0
             assert ray.is_initialized()  # the sweep joined this instance and left it running
     finally:
         ray.shutdown()

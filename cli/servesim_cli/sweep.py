@@ -23,7 +23,7 @@ from servesim_cli.command import EXIT_INVALID_INPUT, EXIT_OK, Command
 from servesim_cli.messages import positive_int, report_invalid, same_file
 from servesim_cli.plot import matplotlib_available
 from servesim_cli.sweep_executors import Executor, make_executor, ray_available
-from servesim_cli.sweep_file import Point, Setting, SweepPlan, read_sweep
+from servesim_cli.sweep_file import Point, Setting, SweepPlan, read_sweep, scenario_problems
 from servesim_cli.sweep_run import BaseInputs, PointResult, point_documents
 from servesim_cli.sweep_search import Search, search
 
@@ -33,9 +33,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         action="store_true",
-        help="find, for each combination of the other axes, the smallest value of the file's "
-        "target axis that meets its conditions (bisection; assumes more workers never make "
-        "the metrics worse) instead of replaying the whole grid",
+        help="with the file's target on workers: find, for each combination of the other axes, "
+        "the smallest worker count that meets its conditions (bisection; assumes more workers "
+        "never make the metrics worse) instead of replaying the whole grid; on pools: replay "
+        "the whole grid and mark the best split among those that meet them",
     )
     parser.add_argument("--csv", metavar="FILE", help="write the table as CSV")
     parser.add_argument("--json", metavar="FILE", help="write the table (and answers) as JSON")
@@ -149,12 +150,9 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise InvalidInput([InputProblem(plan.file, "/target", message)])
         scenario, workload, profile = read_inputs(plan.scenario, plan.workload, plan.timing_profile)
         assert isinstance(profile, Document), "a sweep names one timing profile"
-        if "pools" in scenario.value["fleet"]:  # R77: the axes set the scenario's fleet.workers
-            message = (
-                "sweep does not support a scenario with fleet.pools (its axes vary "
-                "fleet.workers and the scenario's scheduler); use fleet.workers"
-            )
-            raise InvalidInput([InputProblem(scenario.file, "/fleet/pools", message)])
+        problems = scenario_problems(plan, scenario)  # workers or pools, as the fleet is
+        if problems:
+            raise InvalidInput(problems)
         base = BaseInputs(scenario, workload, profile)
         points = plan.points()
         _check_points(base, plan, points)
@@ -176,7 +174,7 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         address=arguments.ray_address,
         keep_reports=keep,
     ) as executor:
-        if target is None:
+        if target is None or target.axis == "pools":  # a split is not bisected (sweep_best)
             progress = _Progress(len(points), arguments.quiet)
             results = executor.run(points, progress)
             searches: list[Search] = []
@@ -212,10 +210,13 @@ def _write(
     searches: list[Search],
 ) -> int:
     target = plan.target if arguments.target else None
-    print(sweep_output.text_table(plan, results))
+    print(sweep_output.text_table(plan, results, target))
     if target is not None:
         print()
-        print(sweep_output.answers_text(target, searches))
+        if target.axis == "pools":
+            print(sweep_output.split_answers_text(plan, results, target))
+        else:
+            print(sweep_output.answers_text(target, searches))
     files: list[tuple[str | Path, bytes]] = []
     for kind, path in _outputs(arguments):
         if kind == "csv":
@@ -251,13 +252,17 @@ def _write(
 
 COMMAND = Command(
     name="sweep",
-    description="Replay every point of a sweep file's grid (workers, max_num_seqs, "
-    "max_batched_tokens, prefill chunk size, routing, and workload speed-ups, which divide "
-    "every arrival_us by the factor, floored) and print one table, sorted by point; --csv "
-    "and --json write it, --plot draws it. With --target, bisect the target axis (workers) "
-    "for the smallest value whose p-th percentile latencies meet the file's conditions, for "
-    "each combination of the other axes; this assumes more workers never make them worse, "
-    "and the answer's bracketing points are shown. Points run in parallel on local "
+    description="Replay every point of a sweep file's grid (workers, or the pools' sizes "
+    "of a scenario with fleet.pools, max_num_seqs, max_batched_tokens, prefill chunk size, "
+    "routing, and workload speed-ups, which divide every arrival_us by the factor, floored) "
+    "and print one table, sorted by point; --csv and --json write it, --plot draws it. With "
+    "a pools axis the table marks, for each combination of the other axes, the best point: "
+    "the most goodput requests, then the lowest p99 TTFT, then the lowest p99 ITL. With "
+    "--target on workers, bisect the workers for the smallest count whose p-th percentile "
+    "latencies meet the file's conditions, for each combination of the other axes; this "
+    "assumes more workers never make them worse, and the answer's bracketing points are "
+    "shown. With --target on pools, every point is replayed (a split is not monotone) and the "
+    "best is chosen among the points that meet the conditions. Points run in parallel on local "
     "processes (--jobs), or as Ray tasks with --executor ray (servesim[ray]). Progress on "
     "stderr. The sweep file's schema is servesim_cli/schemas/sweep.schema.json. Exit 0: "
     "done (a point a measured profile cannot time is a row with status out_of_coverage and "

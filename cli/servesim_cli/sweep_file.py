@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -18,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from servesim.contract.documents import Document
 from servesim.contract.errors import InputProblem, InvalidInput, pointer
 from servesim.contract.json_reading import as_json, parse_json, read_input_bytes
 
@@ -31,15 +33,36 @@ AXES: tuple[str, ...] = (
     "max_num_seqs",
     "max_batched_tokens",
     "workers",
+    "pools",
 )
+
+#: The axes that set the scenario's top-level ``scheduler`` (with ``fleet.pools``, the limits of
+#: every pool without a ``scheduler`` of its own, R77).
+SCHEDULER_AXES: frozenset[str] = frozenset({"prefill", "max_num_seqs", "max_batched_tokens"})
 
 #: More points than this is almost surely a mistake in a range.
 MAX_POINTS = 100_000
 
-#: A setting's value: a count, "whole" or a chunk size, a routing, or an exact speed-up. A
-#: routing is its policy's name, ``("random", seed)`` or ``("cache_aware", prefill_weight,
-#: load_weight)``.
-Setting = int | str | Fraction | tuple[str, int] | tuple[str, int, int]
+
+@dataclass(frozen=True, order=True)
+class PoolSizes:
+    """A point of the ``pools`` axis: the worker count of some of the scenario's pools, in the
+    order the sweep file names them; the other pools keep the base scenario's counts."""
+
+    sizes: tuple[tuple[str, int], ...]
+
+    def __str__(self) -> str:
+        return "+".join(f"{name}:{workers}" for name, workers in self.sizes)
+
+    def names(self) -> tuple[str, ...]:
+        """The pools it sizes, in order."""
+        return tuple(name for name, _ in self.sizes)
+
+
+#: A setting's value: a count, "whole" or a chunk size, a routing, an exact speed-up or pool
+#: sizes. A routing is its policy's name, ``("random", seed)`` or ``("cache_aware",
+#: prefill_weight, load_weight)``.
+Setting = int | str | Fraction | tuple[str, int] | tuple[str, int, int] | PoolSizes
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,9 @@ class SweepPlan:
     timing_profile: Path
     axes: tuple[tuple[str, tuple[Setting, ...]], ...]
     target: Target | None
+    #: (JSON pointer, pool name) of every pool name the ``pools`` axis uses, to check against
+    #: the base scenario (``scenario_problems``).
+    pool_references: tuple[tuple[str, str], ...] = ()
 
     def points(self) -> list[Point]:
         """Every combination, in the grid's order."""
@@ -102,10 +128,16 @@ class SweepPlan:
         """The values of one swept axis."""
         return dict(self.axes)[axis]
 
+    def pool_names(self) -> tuple[str, ...]:
+        """The pools the ``pools`` axis sizes, in order (none when it is not swept)."""
+        values = dict(self.axes).get("pools", ())
+        first = values[0] if values else None
+        return first.names() if isinstance(first, PoolSizes) else ()
+
 
 def show(value: Setting) -> str:
     """A setting as the table shows it: ``4``, ``whole``, ``3/2``, ``random/7``,
-    ``cache_aware/2:1`` (prefill weight : load weight)."""
+    ``cache_aware/2:1`` (prefill weight : load weight), ``prefill:2+decode:6`` (pool sizes)."""
     if isinstance(value, tuple):
         return f"{value[0]}/" + ":".join(str(number) for number in value[1:])
     return str(value)
@@ -168,7 +200,27 @@ def _describe(error: jsonschema.ValidationError, file: str) -> list[InputProblem
                 if len(branch.absolute_path) == deepest
                 for problem in _describe(branch, file)
             ]
+        fitting = _fitting_form(error)
+        if fitting:  # {"split": [...]} without total: about total, not every form
+            return [problem for branch in fitting for problem in _describe(branch, file)]
     return [InputProblem(file, pointer(error.absolute_path), _message(error))]
+
+
+def _fitting_form(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """The errors of the one form of an ``anyOf`` whose type the value has, when only one has
+    it (an object against a list-or-object axis); none otherwise."""
+    forms: dict[Any, list[jsonschema.ValidationError]] = {}
+    for branch in error.context or ():
+        forms.setdefault(branch.schema_path[0], []).append(branch)
+    fitting = [
+        branches
+        for branches in forms.values()
+        if not any(
+            branch.validator == "type" and branch.absolute_path == error.absolute_path
+            for branch in branches
+        )
+    ]
+    return fitting[0] if len(fitting) == 1 else []
 
 
 def _schema_problems(value: Any, file: str) -> list[InputProblem]:
@@ -183,7 +235,47 @@ def _speedup(value: Any) -> Fraction:
     return Fraction(str(value)) if not isinstance(value, int) else Fraction(value)
 
 
+def _splits(total: int, parts: int, least: int) -> Iterator[tuple[int, ...]]:
+    """Every way to write ``total`` as ``parts`` integers of at least ``least``, in ascending
+    lexicographic order (the first part varies slowest)."""
+    if parts == 1:
+        if total >= least:
+            yield (total,)
+        return
+    for first in range(least, total - least * (parts - 1) + 1):
+        for rest in _splits(total - first, parts - 1, least):
+            yield (first, *rest)
+
+
+def _split_count(raw: dict[str, Any]) -> int:
+    """How many points a ``{"split", "total", "min"}`` form gives, without listing them."""
+    parts = len(raw["split"])
+    spare = raw["total"] - parts * raw.get("min", 1)
+    return math.comb(spare + parts - 1, parts - 1) if spare >= 0 else 0
+
+
+def _pool_values(raw: Any) -> tuple[Setting, ...]:
+    if isinstance(raw, dict):
+        names = raw["split"]
+        return tuple(
+            PoolSizes(tuple(zip(names, counts, strict=True)))
+            for counts in _splits(raw["total"], len(names), raw.get("min", 1))
+        )
+    order = list(raw[0])  # every point names the same pools (_semantic_problems)
+    return tuple(PoolSizes(tuple((name, point[name]) for name in order)) for point in raw)
+
+
+def _axis_size(axis: str, raw: Any) -> int:
+    if axis == "pools" and isinstance(raw, dict):
+        return _split_count(raw)
+    if isinstance(raw, dict):
+        return int(raw["max"]) - int(raw["min"]) + 1
+    return len(raw)
+
+
 def _axis_values(axis: str, raw: Any) -> tuple[Setting, ...]:
+    if axis == "pools":
+        return _pool_values(raw)
     if isinstance(raw, dict):  # {"min": a, "max": b}
         return tuple(range(raw["min"], raw["max"] + 1))
     if axis == "speedup":
@@ -205,7 +297,17 @@ def _semantic_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     problems: list[InputProblem] = []
     axes = value["axes"]
     for axis, raw in axes.items():
-        if isinstance(raw, dict) and raw["min"] > raw["max"]:
+        if axis == "pools":
+            problems.extend(_pools_problems(raw, file))
+            if "workers" in axes:
+                message = (
+                    "the axes workers (fleet.workers) and pools (fleet.pools' sizes) cannot "
+                    "both be swept: a scenario has one or the other"
+                )
+                problems.append(InputProblem(file, "/axes/pools", message))
+            if problems or isinstance(raw, dict):  # a split lists each point once
+                continue
+        elif isinstance(raw, dict) and raw["min"] > raw["max"]:
             message = f"min {raw['min']} is above max {raw['max']}"
             problems.append(InputProblem(file, pointer(["axes", axis]), message))
             continue
@@ -232,10 +334,91 @@ def _semantic_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     if not problems:
         count = 1
         for axis, raw in axes.items():
-            count *= len(_axis_values(axis, raw))
+            count *= _axis_size(axis, raw)
         if count > MAX_POINTS:
             message = f"{count:,} points; at most {MAX_POINTS:,} are allowed"
             problems.append(InputProblem(file, "/axes", message))
+    return problems
+
+
+def _pools_problems(raw: Any, file: str) -> list[InputProblem]:
+    """A split that gives no point, or a list whose points name different pools."""
+    if isinstance(raw, dict):
+        parts, least = len(raw["split"]), raw.get("min", 1)
+        if raw["total"] < parts * least:
+            message = (
+                f"total {raw['total']} cannot be split into {parts} pools of at least "
+                f"{least} workers each (at least {parts * least} are needed)"
+            )
+            return [InputProblem(file, "/axes/pools/total", message)]
+        return []
+    first = sorted(raw[0])
+    return [
+        InputProblem(
+            file,
+            pointer(["axes", "pools", index]),
+            f"names the pools {', '.join(sorted(point)) or '(none)'}; every point must name "
+            f"the same pools as the first ({', '.join(first)})",
+        )
+        for index, point in enumerate(raw)
+        if sorted(point) != first
+    ]
+
+
+def _pool_references(raw: Any) -> tuple[tuple[str, str], ...]:
+    if isinstance(raw, dict):
+        return tuple(
+            (pointer(["axes", "pools", "split", index]), name)
+            for index, name in enumerate(raw["split"])
+        )
+    return tuple(
+        (pointer(["axes", "pools", index, name]), name)
+        for index, point in enumerate(raw)
+        for name in point
+    )
+
+
+def scenario_problems(plan: SweepPlan, scenario: Document) -> list[InputProblem]:
+    """What the sweep's axes cannot do to this base scenario: ``workers`` on a fleet of pools,
+    ``pools`` on a fleet of ``fleet.workers`` or with a name the scenario has no pool of, and a
+    scheduler axis that no pool would feel."""
+    swept = dict(plan.axes)
+    fleet = scenario.value["fleet"]
+    problems: list[InputProblem] = []
+    if "pools" not in fleet:
+        if "pools" in swept:
+            message = (
+                f"the pools axis sizes fleet.pools, and the scenario {scenario.file} has "
+                "fleet.workers: sweep the workers axis instead"
+            )
+            problems.append(InputProblem(plan.file, "/axes/pools", message))
+        return problems
+    pools = fleet["pools"]
+    if "workers" in swept:  # R77: a fleet of pools has no fleet.workers to set
+        message = (
+            f"the workers axis sets fleet.workers, and the scenario {scenario.file} has "
+            "fleet.pools: sweep the pools axis (each pool's workers) instead"
+        )
+        problems.append(InputProblem(plan.file, "/axes/workers", message))
+    names = [pool["name"] for pool in pools]
+    for at, name in plan.pool_references:
+        if name not in names:
+            message = (
+                f"expected the name of a pool of the scenario {scenario.file} "
+                f"({', '.join(names)}); found {as_json(name)}"
+            )
+            problems.append(InputProblem(plan.file, at, message))
+    if all("scheduler" in pool for pool in pools):
+        problems.extend(
+            InputProblem(
+                plan.file,
+                pointer(["axes", axis]),
+                f"the {axis} axis sets the scenario's scheduler, which no pool of "
+                f"{scenario.file} uses (each has its own scheduler, R77)",
+            )
+            for axis, _ in plan.axes
+            if axis in SCHEDULER_AXES
+        )
     return problems
 
 
@@ -266,6 +449,7 @@ def read_sweep(path: str | Path) -> SweepPlan:
         workload=folder / value["workload"],
         timing_profile=folder / value["timing_profile"],
         axes=tuple((axis, _axis_values(axis, axes[axis])) for axis in AXES if axis in axes),
+        pool_references=_pool_references(axes["pools"]) if "pools" in axes else (),
         target=None
         if target is None
         else Target(

@@ -14,7 +14,8 @@ from fractions import Fraction
 from typing import Any
 
 from servesim.contract.canonical import canonical_json
-from servesim_cli.sweep_file import Setting, SweepPlan, Target, routing_member, show
+from servesim_cli import sweep_best
+from servesim_cli.sweep_file import PoolSizes, Setting, SweepPlan, Target, routing_member, show
 from servesim_cli.sweep_run import RESULT_COLUMNS, PointResult
 from servesim_cli.sweep_search import Search, meets
 
@@ -22,6 +23,8 @@ from servesim_cli.sweep_search import Search, meets
 def _json_setting(value: Setting) -> Any:
     if isinstance(value, Fraction):
         return str(value)
+    if isinstance(value, PoolSizes):
+        return dict(value.sizes)
     if isinstance(value, tuple):
         return routing_member(value)
     return value
@@ -37,15 +40,33 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _pool_column(name: str) -> str:
+    return f"pools.{name}"
+
+
 def columns(plan: SweepPlan, target: Target | None) -> list[str]:
-    """The table's columns: the swept axes, then the results."""
+    """The table's columns: the swept axes (the pools axis as a column per pool, its workers),
+    then ``meets_target`` with a target, ``best`` with a pools axis, then the results."""
+    axes: list[str] = []
+    for axis, _ in plan.axes:
+        if axis == "pools":
+            axes.extend(_pool_column(name) for name in plan.pool_names())
+        else:
+            axes.append(axis)
     extra = ["meets_target"] if target is not None else []
-    return ["point", *(axis for axis, _ in plan.axes), *extra, *RESULT_COLUMNS]
+    if "pools" in dict(plan.axes):
+        extra.append("best")
+    return ["point", *axes, *extra, *RESULT_COLUMNS]
 
 
-def _row(result: PointResult, target: Target | None) -> dict[str, Any]:
+def _row(result: PointResult, target: Target | None, best: frozenset[int]) -> dict[str, Any]:
     row: dict[str, Any] = {"point": result.point.index}
-    row.update(result.point.settings)
+    for axis, value in result.point.settings:
+        if isinstance(value, PoolSizes):
+            row.update((_pool_column(name), workers) for name, workers in value.sizes)
+            row["best"] = result.point.index in best
+        else:
+            row[axis] = value
     if target is not None:
         row["meets_target"] = meets(result, target.conditions)
     row.update(result.columns)
@@ -58,8 +79,9 @@ def csv_bytes(plan: SweepPlan, results: Sequence[PointResult], target: Target | 
     writer = csv.writer(buffer, lineterminator="\n")
     names = columns(plan, target)
     writer.writerow(names)
+    best = sweep_best.best_indices(plan, results, target)
     for result in results:
-        row = _row(result, target)
+        row = _row(result, target, best)
         writer.writerow(
             [show(row[name]) if name in dict(plan.axes) else _cell(row[name]) for name in names]
         )
@@ -97,6 +119,9 @@ def json_bytes(
     searches: Sequence[Search] = (),
 ) -> bytes:
     """The table as canonical JSON (RFC 8785), with the target's answers when searched."""
+    best = sweep_best.best_indices(plan, results, target)
+    marked = "pools" in dict(plan.axes)
+    groups = sweep_best.groups(plan, results, target)
     document: dict[str, Any] = {
         "document": "sweep_result",
         "sweep": plan.file,
@@ -106,6 +131,7 @@ def json_bytes(
                 "point": result.point.index,
                 "settings": {axis: _json_setting(value) for axis, value in result.point.settings},
                 **({"meets_target": meets(result, target.conditions)} if target else {}),
+                **({"best": result.point.index in best} if marked else {}),
                 **result.columns,
             }
             for result in results
@@ -118,10 +144,41 @@ def json_bytes(
                 {"metric": c.metric, "statistic": c.statistic, "at_most_us": c.at_most_us}
                 for c in target.conditions
             ],
-            "answers": [_answer(item, target) for item in searches],
+            "answers": [_answer(item, target) for item in searches]
+            if target.axis != "pools"
+            else [_split_answer(group, target) for group in groups],
         },
     }
     return canonical_json(document)
+
+
+def _split_answer(group: sweep_best.Group, target: Target) -> dict[str, Any]:
+    best = group.best
+    return {
+        "settings": {axis: _json_setting(value) for axis, value in group.others},
+        "pools": None if best is None else _json_setting(_pools(best)),
+        "best": None
+        if best is None
+        else {
+            "point": best.point.index,
+            "goodput_requests": best.columns["goodput_requests"],
+            "completed": best.columns["completed"],
+            "ttft_us_p99": best.columns["ttft_us_p99"],
+            "itl_us_p99": best.columns["itl_us_p99"],
+            **{
+                f"{c.metric}_{c.statistic}": best.columns[f"{c.metric}_{c.statistic}"]
+                for c in target.conditions
+            },
+        },
+        "meeting": [_json_setting(_pools(result)) for result in group.eligible],
+        "points": len(group.results),
+    }
+
+
+def _pools(result: PointResult) -> PoolSizes:
+    value = result.point.get("pools")
+    assert isinstance(value, PoolSizes)
+    return value
 
 
 def _ms(value: Any) -> str:
@@ -136,11 +193,33 @@ def _format(rows: list[list[str]]) -> str:
     )
 
 
-def text_table(plan: SweepPlan, results: Sequence[PointResult]) -> str:
-    """The main columns, for a person: settings, status, latencies in ms, throughput, use."""
-    axes = [axis for axis, _ in plan.axes]
+def _settings_text(settings: Sequence[tuple[str, Setting]]) -> list[str]:
+    cells: list[str] = []
+    for _, value in settings:
+        if isinstance(value, PoolSizes):
+            cells.extend(str(workers) for _, workers in value.sizes)
+        else:
+            cells.append(show(value))
+    return cells
+
+
+def text_table(
+    plan: SweepPlan, results: Sequence[PointResult], target: Target | None = None
+) -> str:
+    """The main columns, for a person: settings, status, latencies in ms, throughput, use.
+    With a pools axis, a column per pool (its workers), whether the point meets a target on
+    pools, the goodput requests and the best point of each combination of the other axes
+    (``*``, ``servesim_cli.sweep_best``)."""
+    axes: list[str] = []
+    for axis, _ in plan.axes:
+        axes.extend(plan.pool_names() if axis == "pools" else [axis])
+    pools = "pools" in dict(plan.axes)
+    on_pools = target is not None and target.axis == "pools"
+    marks = [*(["meets"] if on_pools else []), *(["best", "goodput"] if pools else [])]
+    best = sweep_best.best_indices(plan, results, target)
     header = [
         *axes,
+        *marks,
         "status",
         "ttft p50 ms",
         "ttft p99 ms",
@@ -155,9 +234,17 @@ def text_table(plan: SweepPlan, results: Sequence[PointResult]) -> str:
         c = result.columns
         throughput = c["output_token_throughput_per_s"]
         utilization = c["utilization_mean"]
+        marked: list[str] = []
+        if on_pools:
+            assert target is not None
+            marked.append("yes" if meets(result, target.conditions) else "no")
+        if pools:
+            marked.append("*" if result.point.index in best else "")
+            marked.append("-" if not result.ok else f"{sweep_best.goodput(result):,}")
         rows.append(
             [
-                *(show(value) for _, value in result.point.settings),
+                *_settings_text(result.point.settings),
+                *marked,
                 c["status"],
                 _ms(c["ttft_us_p50"]),
                 _ms(c["ttft_us_p99"]),
@@ -168,7 +255,44 @@ def text_table(plan: SweepPlan, results: Sequence[PointResult]) -> str:
                 "-" if utilization is None else f"{utilization:.0%}",
             ]
         )
-    return _format(rows)
+    table = _format(rows)
+    if pools:
+        among = " that meet the target" if on_pools else " replayed to the end"
+        table += (
+            f"\n\n* the best pools for its other settings, among the points{among}: "
+            f"{sweep_best.ORDER}"
+        )
+    return table
+
+
+def split_answers_text(plan: SweepPlan, results: Sequence[PointResult], target: Target) -> str:
+    """One line per combination of the other axes: the best split that meets the target, and
+    how many do."""
+    conditions = " and ".join(str(condition) for condition in target.conditions)
+    lines = [
+        f"target: the best pools with {conditions}",
+        "(not bisected: a split is not monotone, so every point was replayed; best: as * above)",
+    ]
+    found = sweep_best.groups(plan, results, target)
+    header = [axis for axis, _ in found[0].others] if found else []
+    names = [f"{c.statistic} {c.metric}" for c in target.conditions]
+    rows = [[*header, "best pools", "goodput", *(f"{name} at best" for name in names), "meet"]]
+    for group in found:
+        best = group.best
+        rows.append(
+            [
+                *(show(value) for _, value in group.others),
+                "none" if best is None else show(_pools(best)),
+                "-" if best is None else f"{sweep_best.goodput(best):,}",
+                *(
+                    "-" if best is None else _us(best.columns[f"{c.metric}_{c.statistic}"])
+                    for c in target.conditions
+                ),
+                f"{len(group.eligible)} of {len(group.results)}",
+            ]
+        )
+    lines.append(_format(rows))
+    return "\n".join(lines)
 
 
 def answers_text(target: Target, searches: Sequence[Search]) -> str:
@@ -221,12 +345,12 @@ def _us(value: Any) -> str:
 def plot_bytes(
     plan: SweepPlan, results: Sequence[PointResult], fmt: str, target: Target | None
 ) -> bytes:
-    """p99 TTFT and E2E against one axis (workers when swept), a curve per combination of the
-    other axes; the target's thresholds as dashed lines."""
+    """p99 TTFT and E2E against one axis (workers or pools when swept), a curve per
+    combination of the other axes; the target's thresholds as dashed lines."""
     from servesim_cli.plot import figure_bytes, new_figure
 
     varying = [axis for axis, values in plan.axes if len(values) > 1] or [plan.axes[-1][0]]
-    x_axis = "workers" if "workers" in varying else varying[0]
+    x_axis = next((axis for axis in ("workers", "pools") if axis in varying), varying[0])
     figure = new_figure(11, 4)
     panels = figure.subplots(1, 2)
     curves: dict[tuple[tuple[str, Setting], ...], list[PointResult]] = {}
@@ -239,7 +363,7 @@ def plot_bytes(
     ):
         for number, (key, members) in enumerate(curves.items()):
             members.sort(key=lambda result: _sort_key(result.point.get(x_axis)))
-            xs = [show(member.point.get(x_axis) or 0) for member in members]
+            xs = [_tick(member.point.get(x_axis)) for member in members]
             numeric = all(isinstance(member.point.get(x_axis), int) for member in members)
             xvalues: list[Any] = [member.point.get(x_axis) for member in members] if numeric else xs
             label = " ".join(f"{a}={show(v)}" for a, v in key) or "all points"
@@ -252,7 +376,9 @@ def plot_bytes(
                 if f"{condition.metric}_{condition.statistic}" == metric:
                     panel.axhline(condition.at_most_us / 1000, linestyle="--", color="grey")
         panel.set_yscale("log")
-        panel.set_xlabel(x_axis)
+        panel.set_xlabel(
+            f"pools ({' + '.join(plan.pool_names())} workers)" if x_axis == "pools" else x_axis
+        )
         panel.set_ylabel(f"{title} (ms, log scale)")
         panel.set_title(title)
         panel.grid(True, which="both", alpha=0.3)
@@ -262,7 +388,16 @@ def plot_bytes(
     return figure_bytes(figure, fmt)
 
 
+def _tick(value: Setting | None) -> str:
+    """An x tick: pool sizes as their counts (``2+6``), the axis label names the pools."""
+    if isinstance(value, PoolSizes):
+        return "+".join(str(workers) for _, workers in value.sizes)
+    return show(value if value is not None else 0)
+
+
 def _sort_key(value: Setting | None) -> tuple[int, Any]:
     if isinstance(value, int | Fraction):
         return (0, value)
-    return (1, show(value) if value is not None else "")
+    if isinstance(value, PoolSizes):
+        return (1, tuple(workers for _, workers in value.sizes))
+    return (2, show(value) if value is not None else "")

@@ -19,13 +19,14 @@ from servesim.contract.documents import Document, load_document
 from servesim.contract.errors import OutOfCoverage, ServesimError, UnrepresentableTime
 from servesim.contract.model import STATE_AWARE_POLICIES
 from servesim.replay import replay_documents
-from servesim_cli.sweep_file import Point, routing_member
+from servesim_cli.sweep_file import Point, PoolSizes, routing_member
 
 #: The latency metrics of the summary (R28) and the statistics of each that the table keeps.
 METRICS: tuple[str, ...] = ("queue_us", "ttft_us", "itl_us", "e2e_us")
 STATISTICS: tuple[str, ...] = ("mean", "p50", "p90", "p95", "p99", "max")
 
-#: The result columns, after the point's settings, in table order.
+#: The result columns, after the point's settings, in table order (README, "Plots and sweeps").
+#: A new column goes last, so that the columns a CSV reader knew keep their places.
 RESULT_COLUMNS: tuple[str, ...] = (
     "status",
     "requests",
@@ -39,6 +40,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "utilization_min",
     "utilization_max",
     "message",
+    "goodput_requests",  # R63: only with the scenario's slo; added after the columns above
 )
 
 
@@ -75,6 +77,11 @@ def scenario_value(base: dict[str, Any], point: Point) -> dict[str, Any]:
     for axis, setting in point.settings:
         if axis == "workers":
             value["fleet"]["workers"] = setting
+        elif axis == "pools":
+            assert isinstance(setting, PoolSizes)
+            sizes = dict(setting.sizes)
+            for pool in value["fleet"]["pools"]:
+                pool["workers"] = sizes.get(pool["name"], pool["workers"])
         elif axis in {"max_num_seqs", "max_batched_tokens"}:
             scheduler[axis] = setting
         elif axis == "prefill":
@@ -85,12 +92,20 @@ def scenario_value(base: dict[str, Any], point: Point) -> dict[str, Any]:
             )
         elif axis == "routing":
             assert isinstance(setting, str | tuple)
+            decode = value["routing"].get("decode")
             value["routing"] = routing_member(setting)
-            if value["routing"]["policy"] in STATE_AWARE_POLICIES:
+            if decode is not None:  # R99: the axis routes the prefill side, decode stays
+                value["routing"]["decode"] = decode
+            if value["routing"]["policy"] in STATE_AWARE_POLICIES and _version(value) < (1, 2):
                 # R57: the state-aware policies are scenario 1.2; every older scenario reads as
-                # 1.2 with the same meaning (R35), so the point's scenario is relabelled
+                # 1.2 with the same meaning (R35), so the point's scenario is relabelled (a
+                # later one already has them)
                 value["schema_version"] = "1.2"
     return value
+
+
+def _version(value: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(int(part) for part in str(value["schema_version"]).split("."))
 
 
 def scaled_arrival(arrival_us: int, speedup: Fraction) -> int:
@@ -142,6 +157,8 @@ def _columns(report: dict[str, Any]) -> dict[str, Any]:
             )
         },
     }
+    # R63: only a scenario with slo has goodput
+    columns["goodput_requests"] = summary["goodput"]["requests"] if "goodput" in summary else None
     for metric in METRICS:
         for statistic in STATISTICS:
             columns[f"{metric}_{statistic}"] = summary[metric][statistic]
