@@ -29,6 +29,7 @@ from servesim.contract.timing_profile import build_timing_profile
 from servesim.contract.workload import build_workload
 from servesim.engine import loop
 from servesim.engine.loop import simulate
+from servesim.engine.step import Step
 from servesim.report.writer import report_chunks
 from servesim_conformance.strategies import pool_input_triples
 
@@ -78,15 +79,20 @@ SYNTHETIC_TIMING: dict[str, Any] = {
 }
 
 
-def _traced(triple: Documents) -> loop.SimulationResult:
-    """The triple simulated with its steps recorded (runs and carried steps as they are)."""
-    scenario, workload, timing = triple
-    return simulate(
+def _traced(
+    scenario: dict[str, Any], workload: dict[str, Any]
+) -> tuple[Documents, loop.SimulationResult, list[Step]]:
+    """The scenario and workload with ``SYNTHETIC_TIMING``, their simulation, and the steps it
+    recorded (runs and carried steps as they are)."""
+    timing = copy.deepcopy(SYNTHETIC_TIMING)
+    result = simulate(
         build_scenario(scenario),
         build_workload(workload),
         build_timing_profile(timing),
         record_trace=True,
     )
+    assert result.steps is not None
+    return (scenario, workload, timing), result, result.steps
 
 
 def _valid(triple: Documents) -> bool:
@@ -100,12 +106,16 @@ def _valid(triple: Documents) -> bool:
     return not pair_problems(documents[0], documents[1])
 
 
-def _assert_runs_keep_the_report(triple: Documents) -> None:
-    """A valid triple's report, traced or not, is the same with runs and pass by pass."""
-    if not _valid(triple):
-        return
+def _assert_same_reports(triple: Documents) -> None:
+    """The triple's report, traced or not, is the same with runs and pass by pass."""
     for trace in (False, True):
         assert _report(triple, runs=True, trace=trace) == _report(triple, runs=False, trace=trace)
+
+
+def _assert_runs_keep_the_report(triple: Documents) -> None:
+    """``_assert_same_reports`` for a generated triple, when it is valid input."""
+    if _valid(triple):
+        _assert_same_reports(triple)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -137,29 +147,23 @@ def test_a_run_of_passes_of_two_decoding_ranks_is_one_event_per_run() -> None:
             {"id": "b", "arrival_us": 0, "prompt_tokens": 10, "max_output_tokens": 40},
         ],
     }
-    timing = copy.deepcopy(SYNTHETIC_TIMING)
-    assert isinstance(build_timing_profile(timing).model, SyntheticLinearTiming)
-    triple = (scenario, workload, timing)
-    result = _traced(triple)
-    assert result.steps is not None
+    triple, result, steps = _traced(scenario, workload)
+    assert isinstance(build_timing_profile(triple[2]).model, SyntheticLinearTiming)
     # pass 1 prefills both (2000 us, the longer); then both decode for 39 passes of 1100 us as
     # one run of each rank's step; then a alone (b finished) decodes its last 10: its step,
     # carried on (nobody joined rank 0), stands for those passes too
-    assert [(step.rank, step.start_us, step.repeat) for step in result.steps] == [
+    assert [(step.rank, step.start_us, step.repeat) for step in steps] == [
         (0, 0, 1),
         (1, 0, 1),
         (0, 2000, 49),
         (1, 2000, 39),
     ]
-    assert result.steps[2].segments == [(2000 + 1100, 1100, 49)]
+    assert steps[2].segments == [(2000 + 1100, 1100, 49)]
     token_times = {state.request.id: list(state.token_times_us) for state in result.requests}
     assert token_times["b"] == [2000 + k * 1100 for k in range(40)]  # b at the pass ends
     assert token_times["a"][:40] == token_times["b"]
     assert [rank.busy_us for rank in result.workers] == [1000 + 1000 + 49 * 1100, 1100 + 39 * 1100]
-    for trace in (False, True):
-        assert _report(copy.deepcopy(triple), runs=True, trace=trace) == _report(
-            triple, runs=False, trace=trace
-        )
+    _assert_same_reports(triple)
 
 
 @st.composite
@@ -253,11 +257,8 @@ def test_a_join_at_a_pass_end_ends_the_step_its_rank_carries() -> None:
         {"id": "c", "arrival_us": 22000, "prompt_tokens": 100, "max_output_tokens": 3},
     ]
     workload = {"document": "workload", "schema_version": "1.0", "requests": requests}
-    timing = copy.deepcopy(SYNTHETIC_TIMING)
-    triple = (scenario, workload, timing)
-    result = _traced(triple)
-    assert result.steps is not None
-    assert [(step.rank, step.start_us, step.repeat) for step in result.steps] == [
+    triple, result, steps = _traced(scenario, workload)
+    assert [(step.rank, step.start_us, step.repeat) for step in steps] == [
         (0, 0, 1),
         (1, 0, 1),
         (0, 11000, 1),  # carried into pass 3, then ended at its start by c's join
@@ -268,7 +269,7 @@ def test_a_join_at_a_pass_end_ends_the_step_its_rank_carries() -> None:
         (1, 33000, 4),  # passes 4 to 7, two of 1200 us and two of 1100
         (0, 35400, 45),
     ]
-    assert result.steps[7].segments == [(34200, 1200, 2), (36500, 1100, 2)]
+    assert steps[7].segments == [(34200, 1200, 2), (36500, 1100, 2)]
     token_times = {state.request.id: list(state.token_times_us) for state in result.requests}
     assert token_times["b"] == [33000, 34200, 35400, 36500, 37600]
     assert token_times["c"] == [33000, 34200, 35400]
@@ -276,7 +277,4 @@ def test_a_join_at_a_pass_end_ends_the_step_its_rank_carries() -> None:
     assert token_times["a"][-1] == 37600 + 43 * 1100
     busy = [2000 + 1100 + 2100 + 2 * 1200 + 45 * 1100, 3 * 11000 + 4 * 1100]
     assert [rank.busy_us for rank in result.workers] == busy
-    for trace in (False, True):
-        assert _report(copy.deepcopy(triple), runs=True, trace=trace) == _report(
-            triple, runs=False, trace=trace
-        )
+    _assert_same_reports(triple)
