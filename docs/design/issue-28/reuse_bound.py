@@ -11,6 +11,9 @@ Variants (see docs/design/issue-28-kv-tiers.md, decision 1):
       its chain in which that hashed block is full), prompt blocks only.
   V2  generated blocks identified by the successor's list (no canonical hashes).
   V3  canonical hashes + generated blocks (the recommended rule).
+  V4  aliases instead of canonical hashes: lookups use the turn's own list; every block of a
+      continuing turn (prompt and generated, hits included) is registered under its own
+      identity and also under the successor's (questions Q4).
 
 Also counts, per continuing pair (k, k+1), the prompt blocks of turn k+1 that lie wholly in
 positions turn k generated and computed ([P_k, P_k + out_k - 1)), and the block straddling P_k.
@@ -26,13 +29,14 @@ Usage: python reuse_bound.py /work/shared/traces
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
 
 
 class Req:
-    __slots__ = ("p", "out", "hashes", "succ", "pred", "canon")
+    __slots__ = ("canon", "hashes", "out", "p", "pred", "succ")
 
     def __init__(self, p: int, out: int, hashes: list[int]) -> None:
         self.p = p
@@ -88,6 +92,7 @@ def run(reqs: list[Req], h: int, b: int, variant: str, keys: Keys, registry: set
     kr = h // b
     canonical = variant in ("V1", "V3")
     generated = variant in ("V2", "V3")
+    alias = variant == "V4"
     total = 0
     for r in reqs:
         own = keys.chain(r.canon if canonical else r.hashes)
@@ -99,6 +104,13 @@ def run(reqs: list[Req], h: int, b: int, variant: str, keys: Keys, registry: set
         total += hit * b
         for j in range(n_ident):
             registry.add((j, own[j // kr]))
+        if alias and r.succ is not None:
+            s = r.succ
+            slist = keys.chain(s.hashes)
+            filled = (r.p + r.out - 1) // b
+            limit = min(filled, s.p // b, kr * len(slist))
+            for j in range(limit):
+                registry.add((j, slist[j // kr]))
         if generated and r.succ is not None:
             s = r.succ
             slist = keys.chain(s.canon if canonical else s.hashes)
@@ -120,8 +132,7 @@ def coverage(reqs: list[Req], b: int) -> tuple[int, int, int]:
         pairs += 1
         gen_end = min(r.p + r.out - 1, s.p)
         first_full = -(-r.p // b)  # first block starting at or after P_k
-        for j in range(first_full, gen_end // b):
-            pure += 1
+        pure += max(0, gen_end // b - first_full)
         if r.p % b and (r.p // b + 1) * b <= gen_end:
             mixed += 1
     return pairs, pure * b, mixed * b
@@ -134,14 +145,18 @@ def weka_sessions(path: Path) -> tuple[list[list[Req]], int]:
     sessions.append(main)
     for x in d["requests"]:
         if x["type"] == "subagent":
-            sub = [Req(y["in"], y["out"], y["hash_ids"]) for y in x["requests"] if y["type"] in ("n", "s")]
+            sub = [
+                Req(y["in"], y["out"], y["hash_ids"])
+                for y in x["requests"]
+                if y["type"] in ("n", "s")
+            ]
             if sub:
                 sessions.append(sub)
     return sessions, d["block_size"]
 
 
 def link(session: list[Req], h: int) -> None:
-    for a, c in zip(session, session[1:]):
+    for a, c in itertools.pairwise(session):
         if continues(a, c, h):
             a.succ = c
             c.pred = a
@@ -173,11 +188,18 @@ def mooncake(path: Path, h: int, min_full: int) -> list[Req]:
     return reqs
 
 
-def report(name: str, groups: list[list[Req]], all_reqs: list[Req], h: int, b: int, separate_registries: list[list[list[Req]]]) -> None:
+def report(
+    name: str,
+    groups: list[list[Req]],
+    all_reqs: list[Req],
+    h: int,
+    b: int,
+    separate_registries: list[list[list[Req]]],
+) -> None:
     prompt = sum(r.p for r in all_reqs)
     later = sum(r.p for r in all_reqs if r.pred is not None)
     res = {}
-    for v in ("V0", "V1", "V2", "V3"):
+    for v in ("V0", "V1", "V2", "V3", "V4"):
         tot = 0
         for fam in separate_registries:
             keys = Keys()
@@ -192,9 +214,15 @@ def report(name: str, groups: list[list[Req]], all_reqs: list[Req], h: int, b: i
         pure += u
         mixed += m
     print(f"## {name}  H={h} B={b}")
-    print(f"requests {len(all_reqs)}  continuing pairs {pairs}  prompt tokens {prompt}  (of turns with a predecessor {later})")
-    print(f"turn k+1 prompt tokens in turn k's generated positions: pure blocks {pure}, straddling blocks {mixed}")
-    for v in ("V0", "V1", "V2", "V3"):
+    print(
+        f"requests {len(all_reqs)}  continuing pairs {pairs}  prompt tokens {prompt}"
+        f"  (of turns with a predecessor {later})"
+    )
+    print(
+        "turn k+1 prompt tokens in turn k's generated positions:"
+        f" pure blocks {pure}, straddling blocks {mixed}"
+    )
+    for v in ("V0", "V1", "V2", "V3", "V4"):
         print(f"  {v}: reused {res[v]}  ratio {res[v] / prompt:.4f}")
     print()
 
@@ -222,7 +250,11 @@ def main() -> None:
         set_canon(reqs, h)
         n_pred = sum(1 for r in reqs if r.pred is not None)
         for b in (64, 16):
-            report(f"Mooncake conversation trace (inferred predecessors, MIN_FULL={min_full}, {n_pred} requests with one)", [reqs], reqs, h, b, [[reqs]])
+            name = (
+                "Mooncake conversation trace (inferred predecessors,"
+                f" MIN_FULL={min_full}, {n_pred} requests with one)"
+            )
+            report(name, [reqs], reqs, h, b, [[reqs]])
 
 
 if __name__ == "__main__":
