@@ -604,8 +604,9 @@ def check_routing(scn):
         )
     for m in sorted(routing):
         ptr = "/routing/" + m.replace("~", "~0").replace("/", "~1")
-        if m == "policy" or (policy not in STATE_AWARE and m not in WEIGHTS):
-            continue  # round_robin and random: their members are not checked here
+        if m == "decode" or m == "policy" or (policy not in STATE_AWARE and m not in WEIGHTS):
+            continue  # round_robin and random: their members are not checked here; R99's
+            # routing.decode is checked by check_disagg
         if m == "seed":  # R58: a state-aware policy may have a seed
             if not is_int(routing[m], 0, 2**64 - 1):
                 probs.append(("scenario", ptr, "an integer 0 to 2^64-1 (R3, R58)"))
@@ -772,9 +773,12 @@ def check_pools(scn, wl):
             probs.append(("scenario", "/fleet/pools", "at most 2^20 ranks in all (R4, R77)"))
     if policy == "cache_aware":  # R77: every pool a prefix cache, one block size
         B = None
+        disagg = any(isinstance(p, dict) and "role" in p for p in pools)
         for i, p in enumerate(pools):
             if not isinstance(p, dict):
                 continue
+            if disagg and p.get("role") != "prefill":
+                continue  # R97: R77's rules on caches apply to the prefill pools only
             own = "kv_cache" in p
             kv = p["kv_cache"] if own else scn.get("kv_cache")
             at = "/fleet/pools/%d" % i + ("/kv_cache" if own else "")
@@ -1015,6 +1019,167 @@ def check_sessions(scn, wl):
 
 
 STYLES = ("vllm", "sglang", "trtllm")  # R88
+ROLES = ("prefill", "decode")  # R97
+DECODE_POLICIES = ("round_robin", "random", "least_loaded")  # R99
+
+
+def check_disagg(scn):
+    """The checks of section 17's members (R3, R4, R97, R99, R108): a list of (role, pointer,
+    expected)."""
+    probs = []
+    sv = scn.get("schema_version")
+    fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
+    pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
+    routing = scn.get("routing") if isinstance(scn.get("routing"), dict) else {}
+    if sv != "1.6":  # R108: role, kv_transfer and routing.decode make the scenario 1.6
+        late = [("/kv_transfer", "kv_transfer", "kv_transfer" in scn)]
+        late.append(("/routing/decode", "routing.decode", "decode" in routing))
+        for i, p in enumerate(pools):
+            if isinstance(p, dict):
+                late.append(("/fleet/pools/%d/role" % i, "role", "role" in p))
+        for at, what, there in late:
+            if there:
+                probs.append(
+                    (
+                        "scenario",
+                        at,
+                        'no %s in a scenario %s: it needs schema_version "1.6" (R108)' % (what, sv),
+                    )
+                )
+        return probs
+    with_role = [isinstance(p, dict) and "role" in p for p in pools]
+    disagg = any(with_role)
+    if not disagg:  # aggregated: no kv_transfer, no routing.decode (R97)
+        if "kv_transfer" in scn:
+            probs.append(
+                ("scenario", "/kv_transfer", "no kv_transfer in an aggregated scenario (R4, R97)")
+            )
+        if "decode" in routing:
+            probs.append(
+                (
+                    "scenario",
+                    "/routing/decode",
+                    "no routing.decode in an aggregated scenario (R4, R97)",
+                )
+            )
+        return probs
+    roles = []
+    missing = False  # R97: only the first pool without a role is reported
+    for i, p in enumerate(pools):
+        at = "/fleet/pools/%d" % i
+        if not isinstance(p, dict):
+            continue
+        if "role" not in p:
+            if not missing:
+                probs.append(
+                    ("scenario", at, "a role: every pool has one once any pool has (R4, R97)")
+                )
+            missing = True
+            continue
+        if p["role"] not in ROLES:
+            probs.append(("scenario", at + "/role", '"prefill" or "decode" (R97)'))
+            continue
+        roles.append(p["role"])
+        if p["role"] == "decode" and "weight" in p:
+            probs.append(("scenario", at + "/weight", "no weight on a decode pool (R4, R97, R99)"))
+        if "kv_cache" not in p and not isinstance(scn.get("kv_cache"), dict):
+            probs.append(
+                (
+                    "scenario",
+                    at,
+                    "a cache (its own kv_cache or the scenario's) in a disaggregated "
+                    "scenario (R4, R97)",
+                )
+            )
+        own = "scheduler" in p
+        sch = p["scheduler"] if own else scn.get("scheduler")
+        if isinstance(sch, dict) and sch.get("style") == "sglang":
+            probs.append(
+                (
+                    "scenario",
+                    (at + "/scheduler" if own else "/scheduler") + "/style",
+                    '"vllm" or "trtllm": no style "sglang" in a disaggregated scenario (R4, R97)',
+                )
+            )
+    if "workers" in fleet:
+        probs.append(("scenario", "/fleet", "pools, not workers, in a disaggregated fleet (R97)"))
+    if all(with_role) and not all(x in roles for x in ROLES):
+        probs.append(
+            (
+                "scenario",
+                "/fleet/pools",
+                "at least one pool of each role (R4, R97); got %s" % ", ".join(sorted(set(roles))),
+            )
+        )
+    if "kv_transfer" not in scn:
+        probs.append(("scenario", "", "the member kv_transfer in a disaggregated scenario (R97)"))
+    else:
+        kt = scn["kv_transfer"]
+        bounds = {
+            "bytes_per_token": (1, 2**32 - 1),
+            "bandwidth_bytes_per_s": (1, MAX_T),
+            "base_latency_us": (0, MAX_T),
+        }
+        if not isinstance(kt, dict):
+            probs.append(("scenario", "/kv_transfer", "an object (R97)"))
+        else:
+            for m, (lo, hi) in bounds.items():
+                if m not in kt:
+                    probs.append(("scenario", "/kv_transfer", "the required member %s (R97)" % m))
+                elif not is_int(kt[m], lo, hi):
+                    probs.append(
+                        (
+                            "scenario",
+                            "/kv_transfer/" + m,
+                            "an integer %d to %d (R97)" % (lo, hi),
+                        )
+                    )
+            if "mode" in kt and kt["mode"] not in ("destination_missing", "full_prompt"):
+                probs.append(
+                    (
+                        "scenario",
+                        "/kv_transfer/mode",
+                        '"destination_missing" or "full_prompt" (R103)',
+                    )
+                )
+            for m in sorted(kt):
+                if m not in bounds and m != "mode":
+                    probs.append(
+                        ("scenario", "/kv_transfer/" + pointer_token(m), "no such member (R3)")
+                    )
+    if "decode" in routing:
+        dec = routing["decode"]
+        if not isinstance(dec, dict):
+            probs.append(("scenario", "/routing/decode", "an object {policy} (R99)"))
+        else:
+            pol = dec.get("policy")
+            if "policy" not in dec:
+                probs.append(("scenario", "/routing/decode", "the required member policy (R99)"))
+            elif pol not in DECODE_POLICIES:
+                probs.append(
+                    (
+                        "scenario",
+                        "/routing/decode/policy",
+                        '"round_robin", "random" or "least_loaded" (R99); got %s' % json.dumps(pol),
+                    )
+                )
+            if "seed" in dec:
+                if pol == "round_robin":
+                    probs.append(
+                        ("scenario", "/routing/decode/seed", 'no seed with "round_robin" (R99)')
+                    )
+                elif not is_int(dec["seed"], 0, 2**64 - 1):
+                    probs.append(
+                        ("scenario", "/routing/decode/seed", "an integer 0 to 2^64-1 (R99)")
+                    )
+            elif pol == "random":
+                probs.append(("scenario", "/routing/decode", 'the member seed with "random" (R99)'))
+            for m in sorted(dec):
+                if m not in ("policy", "seed"):
+                    probs.append(
+                        ("scenario", "/routing/decode/" + pointer_token(m), "no such member (R3)")
+                    )
+    return probs
 
 
 def check_styles(scn):
@@ -1541,9 +1706,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 if trtllm:  # R93: the whole footprint against the available blocks
                     held_hits = sum(1 for b in hits if b.holders > 0)  # a: credited
                     role = rk.pool.role
-                    if footprint(hd, B, role) - held_hits > cache.free() + len(
-                        cache.cached
-                    ) - sum(footprint(x, B, role) - len(x.blocks) for x in rk.running + rk.resv):
+                    if footprint(hd, B, role) - held_hits > cache.free() + len(cache.cached) - sum(
+                        footprint(x, B, role) - len(x.blocks) for x in rk.running + rk.resv
+                    ):
                         break
                 else:
                     own_cached = sum(1 for b in hits if b.holders == 0)
@@ -2014,6 +2179,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             return REASONS[0]
         if r.max_out == 0:
             return REASONS[1]
+
         # R100: a prefill pool judges the request with max_output_tokens 1, a decode pool the
         # request as written, and reason 4 concerns a prefill only
         def out(p):
@@ -2510,6 +2676,7 @@ def main(argv=None):
         problems += check_routing(docs["scenario"])
         problems += check_sessions(docs["scenario"], docs["workload"])
         problems += check_styles(docs["scenario"])
+        problems += check_disagg(docs["scenario"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
