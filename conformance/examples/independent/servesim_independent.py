@@ -1,27 +1,29 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11, 12, 13, 15 and 16 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 17 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
 profile, the schema versions it reads, section 11's members with R4's checks of them,
 section 12's routing members, section 13's members with R4's checks of them, section 15's
-pools with R77's checks and R84's --timing-profile arguments, and section 16's style and
-sglang members with R88's checks), so the suite's invalid tier finds that. By default (or with
---report-version 7.0) it reads scenarios 1.0 to 1.5 (1.5: the scheduler styles vllm, sglang
-and trtllm of section 16; 1.4: the pools, ranks and weighted round robin of section 15; 1.3:
-the closed loop, the stop time and the objectives of section 13; 1.2: the state-aware routing
-of section 12), workloads 1.0 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV
-cache, prefix caching and preemption of section 11) and timing profiles 1.0 and 1.1 (the
-synthetic_linear, grid and regression models), one for every pool or one per pool
-(--timing-profile POOL=FILE, R84), and writes report 7.0, the current one (R95, R96). With
---report-version 6.0 it writes report 6.0 and reads scenarios up to 1.4; with 5.0 report 5.0
-and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up to 1.1; with
-3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only
-(R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside the
-profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
-QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md and QUESTIONS-styles.md beside
-it.
+pools with R77's checks and R84's --timing-profile arguments, section 16's style and sglang
+members with R88's checks, and section 17's role, kv_transfer and routing.decode with R97's
+and R99's checks), so the suite's invalid tier finds that. By default (or with
+--report-version 8.0) it reads scenarios 1.0 to 1.6 (1.6: the disaggregated prefill and
+decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
+the pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time
+and the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0
+to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and
+preemption of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and
+regression models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and
+writes report 8.0, the current one (R107, R108). With --report-version 7.0 it writes report
+7.0 and reads scenarios up to 1.5; with 6.0 report 6.0 and scenarios up to 1.4; with 5.0
+report 5.0 and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up
+to 1.1; with 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0
+inputs only (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside
+the profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
+QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md and
+QUESTIONS-disagg.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
