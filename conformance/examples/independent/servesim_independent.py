@@ -1,27 +1,29 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10, 11, 12, 13, 15 and 16 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 17 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
 (sections 1 and 8; of the input rules it checks only R40's agreements of a measured timing
 profile, the schema versions it reads, section 11's members with R4's checks of them,
 section 12's routing members, section 13's members with R4's checks of them, section 15's
-pools with R77's checks and R84's --timing-profile arguments, and section 16's style and
-sglang members with R88's checks), so the suite's invalid tier finds that. By default (or with
---report-version 7.0) it reads scenarios 1.0 to 1.5 (1.5: the scheduler styles vllm, sglang
-and trtllm of section 16; 1.4: the pools, ranks and weighted round robin of section 15; 1.3:
-the closed loop, the stop time and the objectives of section 13; 1.2: the state-aware routing
-of section 12), workloads 1.0 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV
-cache, prefix caching and preemption of section 11) and timing profiles 1.0 and 1.1 (the
-synthetic_linear, grid and regression models), one for every pool or one per pool
-(--timing-profile POOL=FILE, R84), and writes report 7.0, the current one (R95, R96). With
---report-version 6.0 it writes report 6.0 and reads scenarios up to 1.4; with 5.0 report 5.0
-and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up to 1.1; with
-3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only
-(R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside the
-profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
-QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md and QUESTIONS-styles.md beside
-it.
+pools with R77's checks and R84's --timing-profile arguments, section 16's style and sglang
+members with R88's checks, and section 17's role, kv_transfer and routing.decode with R97's
+and R99's checks), so the suite's invalid tier finds that. By default (or with
+--report-version 8.0) it reads scenarios 1.0 to 1.6 (1.6: the disaggregated prefill and
+decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
+the pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time
+and the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0
+to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and
+preemption of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and
+regression models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and
+writes report 8.0, the current one (R107, R108). With --report-version 7.0 it writes report
+7.0 and reads scenarios up to 1.5; with 6.0 report 6.0 and scenarios up to 1.4; with 5.0
+report 5.0 and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up
+to 1.1; with 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0
+inputs only (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside
+the profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
+QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md and
+QUESTIONS-disagg.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -96,6 +98,22 @@ class Req:
         self.retractions = 0  # R91, R95: times it was a victim of a retraction (sglang)
         self.cached_at_routing = None  # R57
         self.cut = False  # cut off at the stop time (R62)
+        # Section 17 (a disaggregated fleet): R100's hidden token counts as a produced token
+        # on the decode side (R105), never as a client token (self.tokens holds client tokens)
+        self.hidden = 0
+        self.prank = None  # its prefill scheduler (R99)
+        self.pblocks = []  # the blocks it keeps there once Held (R100), released at R104
+        self.prefill_end = None  # R100
+        self.drank = None  # its decode scheduler (R99), once routed on the decode side
+        self.dhits = 0  # its decode hit blocks (R102)
+        self.reserved = None  # R102: when it got its reservation
+        self.ttokens = self.tus = self.dreused = None  # R103, R102: known at the reservation
+        self.t_end = None  # R104: its transfer end, once processed
+        self.activation = None  # R104
+        self.done_worker = None  # the worker it completed on (R107: a pool's completed tokens)
+
+    def produced(self):  # the tokens it produced, the hidden one included (R48, R105)
+        return len(self.tokens) + self.hidden
 
     @property
     def decoding(self):  # Decode state: everything up to the last produced token is computed
@@ -176,8 +194,9 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
-def footprint(r, B):  # R93: f_r, a request's to-completion blocks
-    return ceil_div(r.prompt + r.max_out, B)
+def footprint(r, B, role=None):  # R93: f_r, a request's to-completion blocks
+    # R100: on a prefill scheduler a request is one whose max_output_tokens is 1
+    return ceil_div(r.prompt + (1 if role == "prefill" else r.max_out), B)
 
 
 # The input versions read with each report version written (R2, R38: reading scenario or
@@ -198,6 +217,11 @@ READS = {
         "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5"],
         "workload": ["1.0", "1.1", "1.2"],
     },
+    # R108: reading scenario 1.6 (disaggregated prefill and decode, section 17) needs report 8.0
+    "8.0": {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"],
+        "workload": ["1.0", "1.1", "1.2"],
+    },
 }
 
 
@@ -215,7 +239,7 @@ def is_pool_name(x):  # R77: 1 to 64 characters, each an ASCII letter, digit, "_
 class Pool:
     """A pool (R77): its name, workers, ranks per worker, weight, limits, cache and profile."""
 
-    def __init__(self, name, workers, dp_size, weight, limits, kv):
+    def __init__(self, name, workers, dp_size, weight, limits, kv, role=None):
         self.name = name
         self.workers = workers
         self.dp_size = dp_size
@@ -229,6 +253,7 @@ class Pool:
         self.clip = sglang.get("clip_max_new_tokens", 4096)
         self.cons = sglang.get("conservativeness_permille", 1000)
         self.tp = self.tp_path = self.tp_raw = self.timer = None  # its timing profile (R84)
+        self.role = role  # R97: "prefill", "decode" or None (aggregated)
 
 
 def pools_of(scn):
@@ -254,6 +279,7 @@ def pools_of(scn):
             p.get("weight", 1),
             p.get("scheduler", scn["scheduler"]),
             p.get("kv_cache", scn.get("kv_cache")),
+            p.get("role"),  # R97
         )
         for p in fleet["pools"]
     ]
@@ -276,6 +302,9 @@ class Rank:
         self.step = None  # its step in the pass in flight: (decode, allot, duration)
         self.outstanding = 0  # R54, R82: routed here and not completed
         self.load_blocks = 0  # R54, R82: their prompts in blocks (with a cache)
+        self.resq = []  # R102: the reservation queue (Pending requests), decode ranks only
+        self.resv = []  # R102: its Transferring and Ready requests, in reservation order
+        self.handed_off = self.activated = 0  # R107
         kv = pool.kv
         self.cache = None if kv is None else Cache(kv["blocks"], kv["block_tokens"])
         if self.cache is not None:
@@ -307,6 +336,7 @@ class Worker:
         self.inflight = None  # the pass in flight: (start, end, [rank with a step, ...])
         self.rotation = 0  # R80: requests the policy placed here so far
         self.current = 0  # R81: the current weight
+        self.ready = []  # R104: its Ready requests, activated at its pass in flight's end
 
     def waiting_total(self):
         return sum(len(rk.waiting) for rk in self.ranks)
@@ -537,7 +567,7 @@ def check_routing(scn):
     policy = routing.get("policy")
     version = scn.get("schema_version")
     if policy == "weighted_round_robin":  # R81: scenario 1.4, no other member
-        if version not in ("1.4", "1.5"):
+        if version not in ("1.4", "1.5", "1.6"):
             probs.append(
                 (
                     "scenario",
@@ -576,8 +606,9 @@ def check_routing(scn):
         )
     for m in sorted(routing):
         ptr = "/routing/" + m.replace("~", "~0").replace("/", "~1")
-        if m == "policy" or (policy not in STATE_AWARE and m not in WEIGHTS):
-            continue  # round_robin and random: their members are not checked here
+        if m == "decode" or m == "policy" or (policy not in STATE_AWARE and m not in WEIGHTS):
+            continue  # round_robin and random: their members are not checked here; R99's
+            # routing.decode is checked by check_disagg
         if m == "seed":  # R58: a state-aware policy may have a seed
             if not is_int(routing[m], 0, 2**64 - 1):
                 probs.append(("scenario", ptr, "an integer 0 to 2^64-1 (R3, R58)"))
@@ -637,7 +668,7 @@ def check_pools(scn, wl):
     fleet = scn.get("fleet")
     if not isinstance(fleet, dict):
         return probs
-    v14 = scn.get("schema_version") in ("1.4", "1.5")
+    v14 = scn.get("schema_version") in ("1.4", "1.5", "1.6")
     policy = scn.get("routing", {}).get("policy") if isinstance(scn.get("routing"), dict) else None
     if "dp_size" in fleet:
         if not v14:
@@ -662,7 +693,7 @@ def check_pools(scn, wl):
     seen = set()
     ok = True
     H = wl.get("prefix_hash_block_tokens") if isinstance(wl, dict) else None
-    members = ("name", "workers", "dp_size", "scheduler", "kv_cache", "weight")
+    members = ("name", "workers", "dp_size", "scheduler", "kv_cache", "weight", "role")
     for i, p in enumerate(pools):
         at = "/fleet/pools/%d" % i
         if not isinstance(p, dict):
@@ -744,9 +775,12 @@ def check_pools(scn, wl):
             probs.append(("scenario", "/fleet/pools", "at most 2^20 ranks in all (R4, R77)"))
     if policy == "cache_aware":  # R77: every pool a prefix cache, one block size
         B = None
+        disagg = any(isinstance(p, dict) and "role" in p for p in pools)
         for i, p in enumerate(pools):
             if not isinstance(p, dict):
                 continue
+            if disagg and p.get("role") != "prefill":
+                continue  # R97: R77's rules on caches apply to the prefill pools only
             own = "kv_cache" in p
             kv = p["kv_cache"] if own else scn.get("kv_cache")
             at = "/fleet/pools/%d" % i + ("/kv_cache" if own else "")
@@ -788,7 +822,7 @@ def check_sessions(scn, wl):
     sv, wv = scn.get("schema_version"), wl.get("schema_version")
     # scenario: closed_loop (R61), stop_at_us (R62), slo (R63), each needing 1.3 (R64)
     for m in ("closed_loop", "stop_at_us", "slo"):
-        if m in scn and sv not in ("1.3", "1.4", "1.5"):
+        if m in scn and sv not in ("1.3", "1.4", "1.5", "1.6"):
             probs.append(
                 (
                     "scenario",
@@ -796,7 +830,7 @@ def check_sessions(scn, wl):
                     'no %s in a scenario %s: it needs schema_version "1.3" (R64)' % (m, sv),
                 )
             )
-    if sv in ("1.3", "1.4", "1.5"):
+    if sv in ("1.3", "1.4", "1.5", "1.6"):
         if "closed_loop" in scn:
             cl = scn["closed_loop"]
             if not isinstance(cl, dict):
@@ -970,7 +1004,7 @@ def check_sessions(scn, wl):
     arrivals = [r.get("arrival_us") for r in reqs if isinstance(r, dict)]
     arrivals = [a for a in arrivals if type(a) is int]
     if (
-        sv in ("1.3", "1.4", "1.5")
+        sv in ("1.3", "1.4", "1.5", "1.6")
         and is_int(stop, 1, MAX_T)
         and arrivals
         and stop <= min(arrivals)
@@ -987,6 +1021,167 @@ def check_sessions(scn, wl):
 
 
 STYLES = ("vllm", "sglang", "trtllm")  # R88
+ROLES = ("prefill", "decode")  # R97
+DECODE_POLICIES = ("round_robin", "random", "least_loaded")  # R99
+
+
+def check_disagg(scn):
+    """The checks of section 17's members (R3, R4, R97, R99, R108): a list of (role, pointer,
+    expected)."""
+    probs = []
+    sv = scn.get("schema_version")
+    fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
+    pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
+    routing = scn.get("routing") if isinstance(scn.get("routing"), dict) else {}
+    if sv != "1.6":  # R108: role, kv_transfer and routing.decode make the scenario 1.6
+        late = [("/kv_transfer", "kv_transfer", "kv_transfer" in scn)]
+        late.append(("/routing/decode", "routing.decode", "decode" in routing))
+        for i, p in enumerate(pools):
+            if isinstance(p, dict):
+                late.append(("/fleet/pools/%d/role" % i, "role", "role" in p))
+        for at, what, there in late:
+            if there:
+                probs.append(
+                    (
+                        "scenario",
+                        at,
+                        'no %s in a scenario %s: it needs schema_version "1.6" (R108)' % (what, sv),
+                    )
+                )
+        return probs
+    with_role = [isinstance(p, dict) and "role" in p for p in pools]
+    disagg = any(with_role)
+    if not disagg:  # aggregated: no kv_transfer, no routing.decode (R97)
+        if "kv_transfer" in scn:
+            probs.append(
+                ("scenario", "/kv_transfer", "no kv_transfer in an aggregated scenario (R4, R97)")
+            )
+        if "decode" in routing:
+            probs.append(
+                (
+                    "scenario",
+                    "/routing/decode",
+                    "no routing.decode in an aggregated scenario (R4, R97)",
+                )
+            )
+        return probs
+    roles = []
+    missing = False  # R97: only the first pool without a role is reported
+    for i, p in enumerate(pools):
+        at = "/fleet/pools/%d" % i
+        if not isinstance(p, dict):
+            continue
+        if "role" not in p:
+            if not missing:
+                probs.append(
+                    ("scenario", at, "a role: every pool has one once any pool has (R4, R97)")
+                )
+            missing = True
+            continue
+        if p["role"] not in ROLES:
+            probs.append(("scenario", at + "/role", '"prefill" or "decode" (R97)'))
+            continue
+        roles.append(p["role"])
+        if p["role"] == "decode" and "weight" in p:
+            probs.append(("scenario", at + "/weight", "no weight on a decode pool (R4, R97, R99)"))
+        if "kv_cache" not in p and not isinstance(scn.get("kv_cache"), dict):
+            probs.append(
+                (
+                    "scenario",
+                    at,
+                    "a cache (its own kv_cache or the scenario's) in a disaggregated "
+                    "scenario (R4, R97)",
+                )
+            )
+        own = "scheduler" in p
+        sch = p["scheduler"] if own else scn.get("scheduler")
+        if isinstance(sch, dict) and sch.get("style") == "sglang":
+            probs.append(
+                (
+                    "scenario",
+                    (at + "/scheduler" if own else "/scheduler") + "/style",
+                    '"vllm" or "trtllm": no style "sglang" in a disaggregated scenario (R4, R97)',
+                )
+            )
+    if "workers" in fleet:
+        probs.append(("scenario", "/fleet", "pools, not workers, in a disaggregated fleet (R97)"))
+    if all(with_role) and not all(x in roles for x in ROLES):
+        probs.append(
+            (
+                "scenario",
+                "/fleet/pools",
+                "at least one pool of each role (R4, R97); got %s" % ", ".join(sorted(set(roles))),
+            )
+        )
+    if "kv_transfer" not in scn:
+        probs.append(("scenario", "", "the member kv_transfer in a disaggregated scenario (R97)"))
+    else:
+        kt = scn["kv_transfer"]
+        bounds = {
+            "bytes_per_token": (1, 2**32 - 1),
+            "bandwidth_bytes_per_s": (1, MAX_T),
+            "base_latency_us": (0, MAX_T),
+        }
+        if not isinstance(kt, dict):
+            probs.append(("scenario", "/kv_transfer", "an object (R97)"))
+        else:
+            for m, (lo, hi) in bounds.items():
+                if m not in kt:
+                    probs.append(("scenario", "/kv_transfer", "the required member %s (R97)" % m))
+                elif not is_int(kt[m], lo, hi):
+                    probs.append(
+                        (
+                            "scenario",
+                            "/kv_transfer/" + m,
+                            "an integer %d to %d (R97)" % (lo, hi),
+                        )
+                    )
+            if "mode" in kt and kt["mode"] not in ("destination_missing", "full_prompt"):
+                probs.append(
+                    (
+                        "scenario",
+                        "/kv_transfer/mode",
+                        '"destination_missing" or "full_prompt" (R103)',
+                    )
+                )
+            for m in sorted(kt):
+                if m not in bounds and m != "mode":
+                    probs.append(
+                        ("scenario", "/kv_transfer/" + pointer_token(m), "no such member (R3)")
+                    )
+    if "decode" in routing:
+        dec = routing["decode"]
+        if not isinstance(dec, dict):
+            probs.append(("scenario", "/routing/decode", "an object {policy} (R99)"))
+        else:
+            pol = dec.get("policy")
+            if "policy" not in dec:
+                probs.append(("scenario", "/routing/decode", "the required member policy (R99)"))
+            elif pol not in DECODE_POLICIES:
+                probs.append(
+                    (
+                        "scenario",
+                        "/routing/decode/policy",
+                        '"round_robin", "random" or "least_loaded" (R99); got %s' % json.dumps(pol),
+                    )
+                )
+            if "seed" in dec:
+                if pol == "round_robin":
+                    probs.append(
+                        ("scenario", "/routing/decode/seed", 'no seed with "round_robin" (R99)')
+                    )
+                elif not is_int(dec["seed"], 0, 2**64 - 1):
+                    probs.append(
+                        ("scenario", "/routing/decode/seed", "an integer 0 to 2^64-1 (R99)")
+                    )
+            elif pol == "random":
+                probs.append(("scenario", "/routing/decode", 'the member seed with "random" (R99)'))
+            for m in sorted(dec):
+                if m not in ("policy", "seed"):
+                    probs.append(
+                        ("scenario", "/routing/decode/" + pointer_token(m), "no such member (R3)")
+                    )
+    return probs
 
 
 def check_styles(scn):
@@ -995,7 +1190,7 @@ def check_styles(scn):
     style and sglang; R88's two agreements of R4 are checked against the limits every pool
     uses, with its cache, once per scheduler object (README.md, QUESTIONS-styles.md)."""
     probs = []
-    v15 = scn.get("schema_version") == "1.5"
+    v15 = scn.get("schema_version") in ("1.5", "1.6")
     fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
     pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
     places = [("/scheduler", scn.get("scheduler"))]
@@ -1228,9 +1423,6 @@ def uncovered_message(pool, shape, worker, rank, start):  # R43's stderr message
 
 def simulate(scn, wl, pools, trace_on, report_version="3.0"):
     """The event loop (R7). pools are pools_of(scn), each with its timing profile (R84)."""
-    policy = scn["routing"]["policy"]
-    # R15, R58: one generator for the run, with "random" or a state-aware policy with a seed
-    rng = splitmix(scn["routing"]["seed"]) if "seed" in scn["routing"] else None
     prefill_weight = scn["routing"].get("prefill_weight", 1)  # R56: 1 when absent
     load_weight = scn["routing"].get("load_weight", 1)
     H = wl.get("prefix_hash_block_tokens")
@@ -1243,17 +1435,41 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
     for p in pools:
         for j in range(p.workers):
             workers.append(Worker(len(workers), p, j, H))
-    N = len(workers)
-    W = sum(w.pool.weight for w in workers)  # R81
-    schedulers = [rk for w in workers for rk in w.ranks]  # R82: worker index, then rank
+    # R97: a fleet whose pools have roles is disaggregated; R99: each side is routed as if
+    # the fleet were its pools alone, with its own count, generator and rank rotations
+    disagg = any(p.role is not None for p in pools)
+    kvt = scn.get("kv_transfer")  # R97, R103
+
+    class Side:
+        def __init__(self, ws, routing):
+            self.workers = ws
+            self.N = len(ws)
+            self.W = sum(w.pool.weight for w in ws)  # R81
+            self.schedulers = [rk for w in ws for rk in w.ranks]  # R82: worker, then rank
+            self.policy = routing["policy"]
+            # R15, R58: one generator per side, with "random" or a state-aware policy with a seed
+            self.rng = splitmix(routing["seed"]) if "seed" in routing else None
+            self.count = 0  # R13: the requests routed on this side
+
+    if disagg:
+        pside = Side([w for w in workers if w.pool.role == "prefill"], scn["routing"])
+        # R99: without routing.decode the decode side is routed by round robin
+        dside = Side(
+            [w for w in workers if w.pool.role == "decode"],
+            scn["routing"].get("decode", {"policy": "round_robin"}),
+        )
+    else:
+        pside = Side(workers, scn["routing"])
+        dside = None
     heap = []
     seq = [0]
 
     def push(t, prio, payload):
-        # R7: a completion's order is its creation order, an arrival's its request's workload
-        # position (R60), a scheduling event's its worker's index (R83: the worker's event)
-        order = payload.i if prio == 2 else payload.idx if prio == 1 else seq[0]
-        heapq.heappush(heap, (t, prio, order, payload))
+        # R7, R104: priorities 0 step completion, 1 transfer end, 2 arrival, 3 scheduling; a
+        # completion's order is its creation order, a transfer end's and an arrival's its
+        # request's workload position (R60, R104), a scheduling event's its worker's index (R83)
+        order = payload.i if prio == 3 else payload.idx if prio in (1, 2) else seq[0]
+        heapq.heappush(heap, (t, prio, order, seq[0], payload))
         seq[0] += 1
 
     # R59, R61: the units, in order of position: each session (its turns in workload order) and
@@ -1284,7 +1500,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             raise InvalidInput(
                 "request %s would arrive at %s us, after 2^53-1 us (R6, R59)" % (r.id, t)
             )
-        push(t, 1, r)
+        push(t, 2, r)
 
     def release_unit(t):  # R61: the next unit's first request arrives at the release
         if next_unit[0] < len(units):
@@ -1311,7 +1527,6 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         elif closed is not None:
             release_unit(t)
 
-    routed_count = [0]
     trace = []
     rv = int(report_version.split(".")[0])  # the report's major version
 
@@ -1319,7 +1534,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         has_work = any(rk.running or rk.waiting for rk in w.ranks)
         if not w.busy and has_work and not w.sched_pending:
             w.sched_pending = True
-            push(now, 2, w)
+            push(now, 3, w)
 
     def identity(r, j, c):  # R47 in cache c: None when block j of r is not identified
         if not c.caching or not r.hashes:
@@ -1343,9 +1558,11 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         w.rotation += 1
         return rk
 
-    def route(r):  # R12, R80 to R82: the rank an accepted request joins
+    def route(r, side):  # R12, R80 to R82, R99: the rank an accepted request joins on a side
+        policy, rng, workers, N = side.policy, side.rng, side.workers, side.N
+        schedulers = side.schedulers
         if policy == "round_robin":  # R13, R80
-            return rotate(workers[routed_count[0] % N])
+            return rotate(workers[side.count % N])
         if policy == "random":  # R15, R80
             return rotate(workers[next(rng) % N])
         if policy == "weighted_round_robin":  # R81: smooth weighted round robin
@@ -1355,9 +1572,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             for w in workers:
                 if w.current > best.current:  # strictly larger: the lowest index keeps a tie
                     best = w
-            best.current -= W
+            best.current -= side.W
             return rotate(best)
-        if policy == "least_loaded":  # R55, R82
+        if policy == "least_loaded":  # R55, R82 (R99: outstanding on the side's own terms)
             costs = [rk.outstanding for rk in schedulers]
         elif policy == "cache_aware":  # R56, R82 (R77: one block size under cache_aware)
             costs = [
@@ -1371,6 +1588,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         # picks (each routed request takes a draw when there is a seed, tie or not)
         tied = [i for i, c in enumerate(costs) if c == min(costs)]
         best = schedulers[tied[0] if rng is None else tied[next(rng) % len(tied)]]
+        if side is dside:
+            return best  # R107: cached_blocks_at_routing stays the prefill side's
         if best.cache is not None and best.cache.caching:  # R57, R82: of the rank it joined
             r.cached_at_routing = cached_at(best, r)
         return best
@@ -1385,7 +1604,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         v.running = False
         rk.cache.release(v)
         v.cached = 0
-        v.target = v.prompt + len(v.tokens)
+        v.target = v.prompt + v.produced()  # R105: the hidden token included
         rk.waiting.insert(0, v)  # R78: the head of its own rank's queue
         note_waiting(rk)  # QUESTIONS-kv.md, Q3
         v.preemptions += 1
@@ -1456,9 +1675,17 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         for r, a, _ in allot:
             r.cached += a
         # R19 / R50.3: admission, only when nobody was preempted
-        while not preempted and rk.waiting and budget > 0 and len(rk.running) < max_seqs:
+        # R102: a Transferring or Ready request takes a seat, and while the reservation queue
+        # is not empty the decode scheduler admits nobody
+        while (
+            not preempted
+            and not rk.resq
+            and rk.waiting
+            and budget > 0
+            and len(rk.running) + len(rk.resv) < max_seqs
+        ):
             hd = rk.waiting[0]
-            L = hd.prompt + len(hd.tokens)  # R48
+            L = hd.prompt + hd.produced()  # R48 (R105: the hidden token included)
             hits = []
             if cache is not None:
                 while len(hits) < (L - 1) // B:
@@ -1480,8 +1707,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 need = ceil_div(h * B + a, B) - h
                 if trtllm:  # R93: the whole footprint against the available blocks
                     held_hits = sum(1 for b in hits if b.holders > 0)  # a: credited
-                    if footprint(hd, B) - held_hits > cache.free() + len(cache.cached) - sum(
-                        footprint(x, B) - len(x.blocks) for x in rk.running
+                    role = rk.pool.role
+                    if footprint(hd, B, role) - held_hits > cache.free() + len(cache.cached) - sum(
+                        footprint(x, B, role) - len(x.blocks) for x in rk.running + rk.resv
                     ):
                         break
                 else:
@@ -1508,11 +1736,13 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             allot.append((hd, a, hd.cached))
             hd.cached += a
             budget -= a
-        rk.peak_running = max(rk.peak_running, len(rk.running))
         D = len(decode)
-        C = sum(r.prompt + len(r.tokens) for r in decode)  # R22: context at the step's start
+        C = sum(r.prompt + r.produced() for r in decode)  # R22: context at the step's start
         P = sum(a for _, a, _ in allot)
-        assert D + P >= 1
+        assert D + P >= 1 or disagg  # R101: only a disaggregated fleet forms a step without one
+        if D + P == 0:  # R101: not started, so not counted in the peaks
+            return None
+        rk.peak_running = max(rk.peak_running, len(rk.running))
         in_use = None
         if cache is not None:
             cache.check()
@@ -1527,8 +1757,11 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         return decode, allot, preempted, (D, C, P), in_use, [], None
 
     def reserved_blocks(rk):  # R93: held + the sum over running requests of f_r - h_r
+        # R102: under trtllm the decode scheduler's Transferring and Ready requests count too
         B = rk.cache.B
-        return rk.cache.held + sum(footprint(r, B) - len(r.blocks) for r in rk.running)
+        return rk.cache.held + sum(
+            footprint(r, B, rk.pool.role) - len(r.blocks) for r in rk.running + rk.resv
+        )
 
     def retract(rk, v, retracted):  # R91, the victim's actions in order
         rk.running.remove(v)
@@ -1683,7 +1916,13 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         formed = []
         for rk in w.ranks:
             if rk.running or rk.waiting:
-                formed.append((rk, form_step(rk, now)))
+                st = form_step(rk, now)
+                if st is not None:
+                    formed.append((rk, st))
+                else:  # R101: a step without a token is not started; R102 (c): try the queue
+                    try_queue(rk, now)
+        if not formed:  # R101: a worker none of whose ranks starts a step stays idle
+            return
         # R85: the worker's peaks are totals over its ranks once the pass is formed
         w.peak_running = max(w.peak_running, sum(len(rk.running) for rk in w.ranks))
         if w.pool.kv is not None:
@@ -1749,19 +1988,33 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         for r in decode:
             r.tokens.append(now)
             rk.output_tokens += 1
+        prefill_side = rk.pool.role == "prefill"
+        made_held = set()
         for r, a, before in allot:
             if before < r.target <= before + a:  # its prefill or recompute completes (R20, R51)
-                r.tokens.append(now)
-                rk.output_tokens += 1
+                if prefill_side:  # R100: the hidden token, no client token; r becomes Held
+                    made_held.add(r)
+                else:
+                    r.tokens.append(now)
+                    rk.output_tokens += 1
         in_step = set(decode) | {r for r, _, _ in allot}
         step_reqs = [r for r in rk.running if r in in_step]
+        held = [r for r in step_reqs if r in made_held]  # in the step's running order (R100)
         keep = []
         done = []
         c = rk.cache
         for r in rk.running:
-            if len(r.tokens) == r.max_out:
+            if r in made_held:  # R100: it leaves the running list and keeps its blocks
+                r.running = False
+                r.prefill_end = now
+                rk.handed_off += 1
+                rk.outstanding -= 1  # R99: a prefill scheduler's outstanding ends here
+                if c is not None:
+                    rk.load_blocks -= ceil_div(r.prompt, c.B)
+            elif len(r.tokens) == r.max_out:
                 r.running = False
                 r.done_t = now
+                r.done_worker = rk.worker.i
                 rk.completed += 1
                 rk.outstanding -= 1  # R54: a completed request is no longer outstanding
                 if c is not None:
@@ -1786,8 +2039,10 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                             r.blocks[j].identity = ident
             for r in done:  # then the completed requests release their blocks (R46)
                 c.release(r)
+            for r in held:  # R100: a Held request keeps them, as blocks of its prefill side
+                r.pblocks, r.blocks = r.blocks, []
             c.check()
-        return done
+        return done, held
 
     def end_pass(w, now):
         """R83: at the pass end every step of the pass ends, in rank order; only then is the
@@ -1795,14 +2050,129 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         _, _, ranks = w.inflight
         w.inflight = None
         done = []
+        held = []
         for rk in ranks:
-            done += end_step(rk, now)
+            d, h = end_step(rk, now)
+            done += d
+            held += h
             if rk.pool.style == "sglang" and not rk.running and not rk.waiting:
                 rk.n = rk.n_init  # R89.3, R94: the rank is left without work
         w.busy = False
+        if w.ready:  # R104: the Ready requests, in order of their transfer ends
+            ready = sorted(w.ready, key=lambda r: (r.t_end, r.idx))
+            w.ready = []
+            for r in ready:
+                activate(r, now)
+        for r in held:  # R100: rank order, then each step's running order, one at a time
+            hand_off(r, now)
+        if w.pool.role == "decode":  # R102 (b): the ranks' queues in rank order
+            for rk in w.ranks:
+                try_queue(rk, now)
         maybe_schedule(w, now)
         for r in done:  # R59, R61: what a completion releases arrives as an event of now
             terminal(r, now)
+
+    def hand_off(r, now):
+        """R99, R100: route a Held request on the decode side; it joins the tail of that
+        scheduler's reservation queue (Pending, R98), which is tried (R102 (a))."""
+        rk = route(r, dside)
+        dside.count += 1
+        r.drank = rk
+        rk.routed += 1
+        rk.outstanding += 1  # R99: routed here by the decode side and not terminal
+        rk.load_blocks += ceil_div(r.prompt, rk.cache.B)  # R54 over the same requests
+        rk.resq.append(r)  # R102: no join of the waiting queue (peak_waiting, R29)
+        try_queue(rk, now)
+
+    def try_queue(rk, now):
+        """R102: offer the head of rk's reservation queue a reservation while one is given."""
+        c = rk.cache
+        while rk.resq:
+            r = rk.resq[0]
+            # a seat: the running list plus the Transferring and Ready requests
+            if len(rk.running) + len(rk.resv) >= rk.pool.limits["max_num_seqs"]:
+                return
+            B = c.B
+            hits = []
+            if rk.pool.style == "trtllm":  # R93 with hit 0 (FreshOnly), f the whole footprint
+                available = (
+                    c.free()
+                    + len(c.cached)
+                    - sum(footprint(x, B) - len(x.blocks) for x in rk.running + rk.resv)
+                )
+                if footprint(r, B) > available:
+                    return
+                n = ceil_div(r.prompt, B)
+            else:  # "vllm": the decode hit (a whole prompt may be a hit), then n more blocks
+                while len(hits) < r.prompt // B:
+                    ident = identity(r, len(hits), c)
+                    if ident is None or ident not in c.registry:
+                        break
+                    hits.append(c.registry[ident])
+                n = ceil_div(r.prompt, B) - len(hits)
+                own_cached = sum(1 for b in hits if b.holders == 0)
+                if n > c.free() + len(c.cached) - own_cached:
+                    return
+            rk.resq.pop(0)
+            for b in hits:  # a holder of its hit blocks (a cached one becomes held)
+                c.hold(b)
+            r.blocks = list(hits)
+            for _ in range(n):  # R49's rule: a free block, else an eviction; no preemption
+                r.blocks.append(c.take())
+            r.dhits = len(hits)
+            r.dreused = len(hits) * B
+            c.reused_tokens += r.dreused  # R107: a worker's reused_tokens counts it
+            rk.resv.append(r)  # Transferring from now (R103)
+            r.reserved = now
+            # R103: the transfer time, in exact integers
+            full = kvt.get("mode", "destination_missing") == "full_prompt"
+            r.ttokens = r.prompt if full else r.prompt - r.dreused
+            num = r.ttokens * kvt["bytes_per_token"] * 1000000
+            den = kvt["bandwidth_bytes_per_s"]
+            r.tus = kvt["base_latency_us"] + (num + den - 1) // den
+            end = now + r.tus
+            if end > MAX_T:  # R103: R6's error, found when the transfer starts
+                raise InvalidInput(
+                    "request %s's transfer would end at %d us, after 2^53-1 us (R6, R103)"
+                    % (r.id, end)
+                )
+            push(end, 1, r)  # R104: the transfer end event
+            c.check()
+
+    def transfer_end(r, now):
+        """R104: activate r at once if its decode worker has no pass in flight, else it is
+        Ready until that pass ends."""
+        r.t_end = now
+        w = r.drank.worker
+        if w.busy:
+            w.ready.append(r)
+        else:
+            activate(r, now)
+
+    def activate(r, now):
+        """R104: r joins the tail of its decode scheduler's running list in Decode."""
+        rk = r.drank
+        c = rk.cache
+        rk.resv.remove(r)
+        rk.running.append(r)
+        r.running = True
+        r.cached = r.prompt  # its cached tokens are its prompt
+        r.target = r.prompt
+        r.hidden = 1  # R105: the hidden token counts as a token it produced
+        for j in range(r.dhits, len(r.blocks)):  # R47: the blocks it took, in block order
+            ident = identity(r, j, c)
+            if ident is not None and ident not in c.registry:
+                c.registry[ident] = r.blocks[j]
+                r.blocks[j].identity = ident
+        r.activation = now
+        rk.activated += 1
+        pc = r.prank.cache  # then its prefill scheduler releases its blocks (R46)
+        blocks, r.blocks = r.blocks, r.pblocks
+        pc.release(r)
+        r.blocks = blocks
+        pc.check()
+        maybe_schedule(r.prank.worker, now)  # R101: the release schedules the prefill worker
+        maybe_schedule(rk.worker, now)  # R16
 
     def reject_reason(r):
         """R10, R79: reasons 1 and 2 do not depend on the fleet; 3 to 5 hold when they hold
@@ -1811,13 +2181,19 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             return REASONS[0]
         if r.max_out == 0:
             return REASONS[1]
+
+        # R100: a prefill pool judges the request with max_output_tokens 1, a decode pool the
+        # request as written, and reason 4 concerns a prefill only
+        def out(p):
+            return 1 if p.role == "prefill" else r.max_out
+
         for p in pools:
             mml = p.limits["max_model_len"]
-            if r.prompt > mml or r.max_out > mml - r.prompt:
+            if r.prompt > mml or out(p) > mml - r.prompt:
                 return REASONS[2]
         for p in pools:
             whole = p.limits["prefill"]["mode"] == "whole"
-            if whole and r.prompt > p.limits["max_batched_tokens"]:
+            if p.role != "decode" and whole and r.prompt > p.limits["max_batched_tokens"]:
                 return REASONS[3]
         for p in pools:
             kv = p.kv
@@ -1825,17 +2201,20 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 continue
             B = kv["block_tokens"]
             slack = B if p.style == "sglang" else 0  # R90: a page of slack with sglang
-            if r.prompt + r.max_out + slack > kv["blocks"] * B:
+            if r.prompt + out(p) + slack > kv["blocks"] * B:
                 return REASONS[4]
         return None
 
     while heap:
-        t, prio, _, payload = heapq.heappop(heap)
-        if stop is not None and (t > stop or (t == stop and prio != 0)):
-            continue  # R62: completions at or before the stop time only, nothing else at it
+        t, prio, _, _, payload = heapq.heappop(heap)
+        if stop is not None and (t > stop or (t == stop and prio > 1)):
+            # R62, R104: completions and transfer ends at or before the stop time only
+            continue
         if prio == 0:
             end_pass(payload, t)
         elif prio == 1:
+            transfer_end(payload, t)
+        elif prio == 2:
             r = payload
             r.arrival = t  # R26, R60: when it actually arrived
             r.reason = reject_reason(r)
@@ -1843,8 +2222,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.done_t = r.arrival
                 terminal(r, t)  # R61: it ends at once, and its successor is released now
                 continue
-            rk = route(r)
-            routed_count[0] += 1
+            rk = route(r, pside)  # R99: on the prefill side in a disaggregated fleet
+            pside.count += 1
+            r.prank = rk
             w = rk.worker
             r.worker = w.i
             r.rank = rk.q
@@ -1874,7 +2254,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.cut = True
                 r.done_t = stop
     return build_report(
-        reqs, workers, pools, trace if trace_on else None, report_version, scn.get("slo")
+        reqs, workers, pools, trace if trace_on else None, report_version, scn.get("slo"), kvt
     )
 
 
@@ -1915,13 +2295,35 @@ def tpot_stats(completed):
     return out
 
 
-def build_report(reqs, workers, pools, trace, report_version, slo=None):
+def handoff_of(r):
+    """R107: a request's handoff, null until its prefill ended; a member of a stage not reached
+    (by a stop time) is null."""
+    if r.prefill_end is None:
+        return None
+    rk = r.drank
+    return {
+        "prefill_end_us": r.prefill_end,
+        "decode_worker": None if rk is None else rk.worker.i,
+        "decode_pool": None if rk is None else rk.pool.name,
+        "decode_rank": None if rk is None else rk.q,
+        "reserved_us": r.reserved,
+        "transfer_start_us": r.reserved,  # R107: the reservation, in this version
+        "transfer_end_us": r.t_end,
+        "activation_us": r.activation,
+        "transferred_tokens": r.ttokens,
+        "transfer_us": r.tus,
+        "decode_reused_tokens": r.dreused,
+    }
+
+
+def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None):
     rv = int(report_version.split(".")[0])
     v3 = rv >= 3  # R52's members
     v4 = rv >= 4  # R57's member
     v5 = rv >= 5  # R64's members
     v6 = rv >= 6  # R85's members
     v7 = rv >= 7  # R95's members
+    v8 = rv >= 8  # R107's members
     # R64: the earliest arrival of a request that arrived; the latest terminal time of all
     first_arrival = min(r.arrival for r in reqs if r.arrival is not None)
     makespan = max(r.done_t for r in reqs) - first_arrival
@@ -2002,6 +2404,8 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
             e["rank"] = None if e["worker"] is None else r.rank
         if v7:  # R95: R91's retractions (R52's preemptions stay R49's)
             e["retractions"] = r.retractions
+        if v8:  # R107
+            e["handoff"] = handoff_of(r)
         req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
     prompt_tokens = sum(r.prompt for r in completed)
@@ -2052,6 +2456,21 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
             }
             if v7:  # R95: the sum over workers
                 summary["kv_cache"]["retractions"] = sum(c.retractions for c in caches)
+    if v8:  # R107: null in an aggregated run
+        if kvt is None:
+            summary["transfers"] = None
+        else:
+            ended = [r for r in reqs if r.t_end is not None]
+            tokens = sum(r.ttokens for r in ended)
+            summary["transfers"] = {
+                "count": len(ended),
+                "tokens": tokens,
+                "gigabytes": q(tokens * kvt["bytes_per_token"], 10**9),
+                "transfer_us": stats([r.tus for r in ended]),
+                "reservation_wait_us": stats(
+                    [r.reserved - r.prefill_end for r in reqs if r.reserved is not None]
+                ),
+            }
 
     def cache_figures(peak, cs, style, peak_reserved):  # R52's figures over the caches cs
         out = {
@@ -2114,13 +2533,20 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
             ]
         if v7:  # R95
             e["style"] = w.pool.style
+        if v8:  # R107: 0 in an aggregated run
+            e["handed_off"] = sum(rk.handed_off for rk in rs)
+            e["activated"] = sum(rk.activated for rk in rs)
+            for rk, entry in zip(rs, e["ranks"]):
+                entry["handed_off"] = rk.handed_off
+                entry["activated"] = rk.activated
         wout.append(e)
     pout = None
     if v6:  # R85: one entry per pool, in pool order
         pout = []
         for p in pools:
             mine = [e for w, e in zip(workers, wout) if w.pool is p]
-            done = [r for r in completed if workers[r.worker].pool is p]
+            # R107: over the requests that completed on its workers (the decode side's)
+            done = [r for r in completed if workers[r.done_worker].pool is p]
             n_done = sum(e["completed"] for e in mine)
             p_out = sum(len(r.tokens) for r in done)
             busy = sum(e["busy_us"] for e in mine)
@@ -2158,6 +2584,10 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None):
             )
             if v7:  # R95
                 pout[-1]["style"] = p.style
+            if v8:  # R107
+                pout[-1]["handed_off"] = sum(e["handed_off"] for e in mine)
+                pout[-1]["activated"] = sum(e["activated"] for e in mine)
+                pout[-1]["role"] = p.role
     if trace is not None:
         # R85: in order of (start_us, worker, rank); the sort is stable, and a worker's steps
         # of one pass are appended in rank order
@@ -2200,9 +2630,9 @@ def main(argv=None):
     rp.add_argument(
         "--report-version",
         choices=sorted(READS),
-        default="7.0",
-        help="report 7.0 (the default, R31, R96; reads scenario 1.0 to 1.5 and workload 1.0 "
-        "to 1.2), 6.0 (R86; reads scenario 1.0 to 1.4 and workload 1.0 to 1.2), 5.0 (reads "
+        default="8.0",
+        help="report 8.0 (the default, R31, R108; reads scenario 1.0 to 1.6 and workload 1.0 "
+        "to 1.2), 7.0 (R96; reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to 1.4 and workload 1.0 to 1.2), 5.0 (reads "
         "scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario 1.0 to 1.2 and "
         "workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or 2.0 (reads "
         "them at 1.0 only, R2, R38)",
@@ -2248,6 +2678,7 @@ def main(argv=None):
         problems += check_routing(docs["scenario"])
         problems += check_sessions(docs["scenario"], docs["workload"])
         problems += check_styles(docs["scenario"])
+        problems += check_disagg(docs["scenario"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
@@ -2303,7 +2734,7 @@ def main(argv=None):
 
     # R85: the single form's identity, null when profiles are named per pool
     inputs["timing_profile"] = profile_identity(pools[0]) if single is not None else None
-    if version in ("6.0", "7.0"):
+    if int(version.split(".")[0]) >= 6:
         inputs["timing_profiles"] = [dict(pool=p.name, **profile_identity(p)) for p in pools]
     report = {
         "document": "report",

@@ -1,0 +1,260 @@
+"""The plain loop's section 17 (R97 to R108) against numbers derived by hand.
+
+``conformance/examples/independent/servesim_independent.py`` was extended from SPEC.md section
+17 alone (and the schemas; ``QUESTIONS-disagg.md`` beside it lists the readings it took). These
+tests hold it to the hand-derived golden disaggregation cases (``golden/valid/disagg-*``): the
+expected values of each ``DERIVATION.md`` (JSON blocks of pointer -> value) and the bytes of each
+expected report; to the rejection of the invalid ones (``golden/invalid/disagg-*``); to R97's and
+R99's input checks beyond the corpus's; and to R108's versions (report 8.0 by default, scenario
+1.6 only with it, the members of report 8.0 in an aggregated run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import REPO
+from tests.test_differential import PLAIN
+
+GOLDEN = REPO / "golden"
+MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())["cases"]
+CASES = {case["id"]: case for case in MANIFEST if case["id"].split("/")[1].startswith("disagg-")}
+VALID = sorted(name for name in CASES if name.startswith("valid/"))
+INVALID = sorted(name for name in CASES if name.startswith("invalid/"))
+HEADING = "## Expected values, by JSON pointer into the report"
+
+
+def test_the_corpus_has_the_disaggregation_cases() -> None:
+    """Corpus 1.15.0 added 28 valid and 9 invalid cases of section 17."""
+    assert (len(VALID), len(INVALID)) == (28, 9)
+
+
+def replay(case: Path, folder: Path, *options: str) -> tuple[int, str, Path]:
+    """The plain loop on a golden case's inputs: its exit code, standard error and output."""
+    output = folder / "r.json"
+    arguments = ["replay", "--scenario", str(case / "scenario.json")]
+    arguments += ["--workload", str(case / "workload.json"), "--output", str(output)]
+    if (case / "timing-profiles").is_dir():
+        for profile in sorted((case / "timing-profiles").glob("*.json")):
+            arguments += ["--timing-profile", f"{profile.stem}={profile}"]
+    else:
+        arguments += ["--timing-profile", str(case / "timing-profile.json")]
+    if CASES.get(f"{case.parent.name}/{case.name}", {}).get("trace", False):
+        arguments.append("--trace")  # R71: --trace exactly when the case has trace true
+    error = io.StringIO()
+    with contextlib.redirect_stderr(error):
+        code = PLAIN.main([*arguments, *options])
+    return code, error.getvalue(), output
+
+
+def at_pointer(document: Any, pointer: str) -> Any:
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        document = document[int(part)] if isinstance(document, list) else document[part]
+    return document
+
+
+def expected_values(derivation: Path) -> dict[str, Any]:
+    """The JSON blocks after the DERIVATION.md heading (as /work/scratch/disagg-check.py)."""
+    text = derivation.read_text(encoding="utf-8")
+    at = text.find(HEADING)
+    assert at >= 0, derivation
+    values: dict[str, Any] = {}
+    for block in re.findall(r"```json\s*\n(.*?)```", text[at:], re.S):
+        values.update(json.loads(block))
+    return values
+
+
+@pytest.mark.parametrize("name", VALID)
+def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: Path) -> None:
+    case = GOLDEN / name
+    expected = expected_values(case / "DERIVATION.md")
+    assert expected
+    code, error, output = replay(case, tmp_path)
+    assert code == 0, error
+    report = json.loads(output.read_text())
+    for pointer in expected.pop("!absent", []):  # pointers the report must not have
+        with pytest.raises((KeyError, IndexError)):
+            at_pointer(report, pointer)
+    assert all(pointer[:1] == "/" for pointer in expected)
+    for pointer, value in expected.items():
+        got = at_pointer(report, pointer)
+        assert got == value, pointer
+        assert type(got) is type(value) or {type(got), type(value)} <= {int, float}, pointer
+
+
+@pytest.mark.parametrize("name", VALID)
+def test_plain_loop_writes_each_expected_report(name: str, tmp_path: Path) -> None:
+    """Byte for byte (R32: the canonical form), the report the corpus expects."""
+    case = GOLDEN / name
+    code, error, output = replay(case, tmp_path)
+    assert code == 0, error
+    assert output.read_bytes() == (case / "expected-report.json").read_bytes()
+
+
+@pytest.mark.parametrize("name", INVALID)
+def test_plain_loop_rejects_each_invalid_case(name: str, tmp_path: Path) -> None:
+    """Exit 2 with a message naming the scenario and the fault's pointer, and no report."""
+    case = GOLDEN / name
+    code, error, output = replay(case, tmp_path)
+    assert code == 2
+    assert not output.exists()
+    pointer = CASES[name]["fault"].split(", ", 1)[1].split(":", 1)[0]
+    assert f"scenario.json: {pointer}: expected " in error
+
+
+#: Two pools (prefill p, decode d), one worker each, 64 blocks of 16 on both sides.
+SCENARIO: dict[str, Any] = json.loads(
+    (GOLDEN / "valid" / "disagg-one-request-every-stamp" / "scenario.json").read_text()
+)
+CASE = GOLDEN / "valid" / "disagg-one-request-every-stamp"
+
+
+def run_scenario(folder: Path, scenario: Any, *options: str) -> tuple[int, str, Any]:
+    (folder / "case").mkdir(exist_ok=True)
+    for name in ("workload.json", "timing-profile.json"):
+        (folder / "case" / name).write_bytes((CASE / name).read_bytes())
+    (folder / "case" / "scenario.json").write_text(json.dumps(scenario))
+    code, error, output = replay(folder / "case", folder, *options)
+    return code, error, json.loads(output.read_text()) if output.exists() else None
+
+
+def edited(change: Any) -> dict[str, Any]:
+    scenario = copy.deepcopy(SCENARIO)
+    change(scenario)
+    return scenario
+
+
+def pools(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = scenario["fleet"]["pools"]
+    return result
+
+
+CHECKS = {
+    "a role in scenario 1.5": (
+        lambda s: s.update(schema_version="1.5", kv_transfer=None) or s.pop("kv_transfer"),
+        "/fleet/pools/0/role",
+    ),
+    "an unknown role": (lambda s: pools(s)[1].update(role="both"), "/fleet/pools/1/role"),
+    "no kv_transfer": (lambda s: s.pop("kv_transfer"), ""),
+    "kv_transfer without bytes_per_token": (
+        lambda s: s["kv_transfer"].pop("bytes_per_token"),
+        "/kv_transfer",
+    ),
+    "bytes_per_token 0": (
+        lambda s: s["kv_transfer"].update(bytes_per_token=0),
+        "/kv_transfer/bytes_per_token",
+    ),
+    "an unknown transfer mode": (
+        lambda s: s["kv_transfer"].update(mode="eager"),
+        "/kv_transfer/mode",
+    ),
+    "an unknown kv_transfer member": (
+        lambda s: s["kv_transfer"].update(layers=32),
+        "/kv_transfer/layers",
+    ),
+    "routing.decode random without a seed": (
+        lambda s: s["routing"].update(decode={"policy": "random"}),
+        "/routing/decode",
+    ),
+    "routing.decode round_robin with a seed": (
+        lambda s: s["routing"].update(decode={"policy": "round_robin", "seed": 1}),
+        "/routing/decode/seed",
+    ),
+    "routing.decode with weights": (
+        lambda s: s["routing"].update(decode={"policy": "least_loaded", "load_weight": 1}),
+        "/routing/decode/load_weight",
+    ),
+    "routing.decode in an aggregated scenario": (
+        lambda s: (
+            [p.pop("role") for p in pools(s)],
+            s.pop("kv_transfer"),
+            s["routing"].update(decode={"policy": "round_robin"}),
+        ),
+        "/routing/decode",
+    ),
+    "the scenario's sglang limits used by a pool": (
+        lambda s: s["scheduler"].update(
+            style="sglang", prefill={"mode": "chunked", "max_chunk_tokens": 64}
+        ),
+        "/scheduler/style",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_r97_r99_section_17_members_are_checked(name: str, tmp_path: Path) -> None:
+    change, pointer = CHECKS[name]
+    code, error, report = run_scenario(tmp_path, edited(change))
+    assert (code, report) == (2, None)
+    assert f"scenario.json: {pointer}: expected " in error
+
+
+def test_r97_cache_aware_needs_prefix_caching_on_the_prefill_pools_only(tmp_path: Path) -> None:
+    def cache_aware(scenario: dict[str, Any]) -> None:
+        scenario["routing"] = {"policy": "cache_aware"}
+        pools(scenario)[0]["kv_cache"]["prefix_caching"] = True
+
+    code, _, report = run_scenario(tmp_path, edited(cache_aware))
+    assert code == 0
+    assert report["requests"][0]["cached_blocks_at_routing"] == 0
+
+    def without_caching(scenario: dict[str, Any]) -> None:
+        cache_aware(scenario)
+        pools(scenario)[0]["kv_cache"]["prefix_caching"] = False
+
+    code, error, _ = run_scenario(tmp_path, edited(without_caching))
+    assert code == 2
+    assert "scenario.json: /fleet/pools/0/kv_cache: expected " in error
+
+
+def test_r108_scenario_1_6_needs_report_8(tmp_path: Path) -> None:
+    code, error, report = run_scenario(tmp_path, SCENARIO, "--report-version", "7.0")
+    assert (code, report) == (2, None)
+    assert "--report-version 8.0" in error
+
+
+def test_r108_an_aggregated_report_8_has_the_new_members_empty(tmp_path: Path) -> None:
+    """R108's step 7.0 -> 8.0: handoff null, handed_off and activated 0, role null, transfers
+    null; and the 7.0 report of the same aggregated run is the 8.0 one without them."""
+    aggregated = edited(
+        lambda s: (
+            [p.pop("role") for p in pools(s)],
+            s.pop("kv_transfer"),
+            s.update(schema_version="1.5"),  # R108: every 1.5 document is a 1.6 document
+        )
+    )
+    code, _, report = run_scenario(tmp_path, aggregated)
+    assert code == 0
+    assert report["schema_version"] == "8.0"
+    assert [r["handoff"] for r in report["requests"]] == [None]
+    assert report["summary"]["transfers"] is None
+    for worker in report["workers"]:
+        assert (worker["handed_off"], worker["activated"]) == (0, 0)
+        assert all((r["handed_off"], r["activated"]) == (0, 0) for r in worker["ranks"])
+    assert [(p["role"], p["handed_off"], p["activated"]) for p in report["pools"]] == [
+        (None, 0, 0),
+        (None, 0, 0),
+    ]
+    code, _, old = run_scenario(tmp_path, aggregated, "--report-version", "7.0")
+    assert code == 0
+    del report["summary"]["transfers"]
+    for request in report["requests"]:
+        del request["handoff"]
+    for entry in [*report["workers"], *report["pools"]]:
+        del entry["handed_off"], entry["activated"]
+    for worker in report["workers"]:
+        for rank in worker["ranks"]:
+            del rank["handed_off"], rank["activated"]
+    for pool in report["pools"]:
+        del pool["role"]
+    report["schema_version"] = "7.0"
+    assert report == old
