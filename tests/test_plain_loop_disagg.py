@@ -11,25 +11,25 @@ R99's input checks beyond the corpus's; and to R108's versions (report 8.0 by de
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from tests.golden_cases import (
+    GOLDEN,
+    MANIFEST,
+    derived_values,
+    replay_case,
+    wrong_values,
+)
 from tests.test_differential import PLAIN
 
-GOLDEN = REPO / "golden"
-MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())["cases"]
-CASES = {case["id"]: case for case in MANIFEST if case["id"].split("/")[1].startswith("disagg-")}
+CASES = {name: case for name, case in MANIFEST.items() if name.split("/")[1].startswith("disagg-")}
 VALID = sorted(name for name in CASES if name.startswith("valid/"))
 INVALID = sorted(name for name in CASES if name.startswith("invalid/"))
-HEADING = "## Expected values, by JSON pointer into the report"
 
 
 def test_the_corpus_has_the_disaggregation_cases() -> None:
@@ -40,55 +40,18 @@ def test_the_corpus_has_the_disaggregation_cases() -> None:
 def replay(case: Path, folder: Path, *options: str) -> tuple[int, str, Path]:
     """The plain loop on a golden case's inputs: its exit code, standard error and output."""
     output = folder / "r.json"
-    arguments = ["replay", "--scenario", str(case / "scenario.json")]
-    arguments += ["--workload", str(case / "workload.json"), "--output", str(output)]
-    if (case / "timing-profiles").is_dir():
-        for profile in sorted((case / "timing-profiles").glob("*.json")):
-            arguments += ["--timing-profile", f"{profile.stem}={profile}"]
-    else:
-        arguments += ["--timing-profile", str(case / "timing-profile.json")]
-    if CASES.get(f"{case.parent.name}/{case.name}", {}).get("trace", False):
-        arguments.append("--trace")  # R71: --trace exactly when the case has trace true
-    error = io.StringIO()
-    with contextlib.redirect_stderr(error):
-        code = PLAIN.main([*arguments, *options])
-    return code, error.getvalue(), output
-
-
-def at_pointer(document: Any, pointer: str) -> Any:
-    for part in pointer.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        document = document[int(part)] if isinstance(document, list) else document[part]
-    return document
-
-
-def expected_values(derivation: Path) -> dict[str, Any]:
-    """The JSON blocks after the DERIVATION.md heading (as /work/scratch/disagg-check.py)."""
-    text = derivation.read_text(encoding="utf-8")
-    at = text.find(HEADING)
-    assert at >= 0, derivation
-    values: dict[str, Any] = {}
-    for block in re.findall(r"```json\s*\n(.*?)```", text[at:], re.S):
-        values.update(json.loads(block))
-    return values
+    code, error = replay_case(PLAIN, case, output, *options)
+    return code, error, output
 
 
 @pytest.mark.parametrize("name", VALID)
 def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: Path) -> None:
     case = GOLDEN / name
-    expected = expected_values(case / "DERIVATION.md")
+    expected = derived_values(case)
     assert expected
     code, error, output = replay(case, tmp_path)
     assert code == 0, error
-    report = json.loads(output.read_text())
-    for pointer in expected.pop("!absent", []):  # pointers the report must not have
-        with pytest.raises((KeyError, IndexError)):
-            at_pointer(report, pointer)
-    assert all(pointer[:1] == "/" for pointer in expected)
-    for pointer, value in expected.items():
-        got = at_pointer(report, pointer)
-        assert got == value, pointer
-        assert type(got) is type(value) or {type(got), type(value)} <= {int, float}, pointer
+    assert not wrong_values(json.loads(output.read_text()), expected)
 
 
 @pytest.mark.parametrize("name", VALID)

@@ -12,13 +12,18 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from tests.golden_cases import (
+    GOLDEN,
+    derived_cases,
+    derived_values,
+    replay_case,
+    wrong_values,
+)
 from tests.test_differential import PLAIN
 
 PROFILE = {
@@ -134,45 +139,19 @@ def test_r84_per_pool_profiles_in_any_order_name_each_pool(tmp_path: Path) -> No
     assert [r["pool"] for r in report["requests"]] == ["a", "b"]
 
 
-GOLDEN = REPO / "golden" / "valid"
-DERIVED = sorted(
-    path.parent.name
-    for pattern in ("pools-*/DERIVATION.md", "ranks-*/DERIVATION.md")
-    for path in GOLDEN.glob(pattern)
-)
-
-
-def at_pointer(document: Any, pointer: str) -> Any:
-    for part in pointer.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        document = document[int(part)] if isinstance(document, list) else document[part]
-    return document
+DERIVED = derived_cases("pools-", "ranks-")
 
 
 @pytest.mark.parametrize("name", DERIVED)
 def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: Path) -> None:
     """A golden case's DERIVATION.md expected values (a JSON block of pointer -> value); a case
     whose derivation says exit 3 must exit 3 and write nothing."""
-    case = GOLDEN / name
-    text = (case / "DERIVATION.md").read_text()
-    if (case / "timing-profiles").is_dir():
-        profiles = sorted((case / "timing-profiles").glob("*.json"))
-        given = [f"{path.stem}={path}" for path in profiles]
-    else:
-        given = [str(case / "timing-profile.json")]
-    arguments = ["replay", "--scenario", str(case / "scenario.json")]
-    arguments += ["--workload", str(case / "workload.json"), "--output", str(tmp_path / "r.json")]
-    for profile in given:
-        arguments += ["--timing-profile", profile]
-    with contextlib.redirect_stderr(io.StringIO()):
-        code = PLAIN.main([*arguments, "--trace"])
-    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
-    expected = {k: v for b in blocks if isinstance(b, dict) for k, v in b.items() if k[:1] == "/"}
+    case = GOLDEN / "valid" / name
+    expected = derived_values(case)
+    code, error = replay_case(PLAIN, case, tmp_path / "r.json")
     if not expected:
-        assert "exit 3" in text
+        assert "exit 3" in (case / "DERIVATION.md").read_text()
         assert (code, (tmp_path / "r.json").exists()) == (3, False)
         return
-    assert code == 0
-    report = json.loads((tmp_path / "r.json").read_text())
-    for pointer, value in expected.items():
-        assert at_pointer(report, pointer) == value, pointer
+    assert code == 0, error
+    assert not wrong_values(json.loads((tmp_path / "r.json").read_text()), expected)

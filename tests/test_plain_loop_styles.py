@@ -15,13 +15,18 @@ import contextlib
 import copy
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import REPO
+from tests.golden_cases import (
+    GOLDEN,
+    derived_cases,
+    derived_values,
+    replay_case,
+    wrong_values,
+)
 from tests.test_differential import PLAIN
 
 PROFILE = {
@@ -227,48 +232,15 @@ def test_r38_scenario_1_5_needs_report_7(tmp_path: Path) -> None:
     assert "--report-version 7.0" in error
 
 
-GOLDEN = REPO / "golden" / "valid"
-DERIVED = sorted(
-    path.parent.name
-    for pattern in ("sglang-*/DERIVATION.md", "trtllm-*/DERIVATION.md", "styles-*/DERIVATION.md")
-    for path in GOLDEN.glob(pattern)
-)
-
-
-TRACED = {
-    case["id"].removeprefix("valid/"): case.get("trace", False)
-    for case in json.loads((REPO / "golden" / "manifest.json").read_text())["cases"]
-}
-
-
-def at_pointer(document: Any, pointer: str) -> Any:
-    for part in pointer.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        document = document[int(part)] if isinstance(document, list) else document[part]
-    return document
+DERIVED = derived_cases("sglang-", "trtllm-", "styles-")
 
 
 @pytest.mark.parametrize("name", DERIVED)
 def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: Path) -> None:
     """A golden style case's DERIVATION.md expected values (a JSON block of pointer -> value)."""
-    case = GOLDEN / name
-    text = (case / "DERIVATION.md").read_text()
-    if (case / "timing-profiles").is_dir():
-        given = [f"{p.stem}={p}" for p in sorted((case / "timing-profiles").glob("*.json"))]
-    else:
-        given = [str(case / "timing-profile.json")]
-    arguments = ["replay", "--scenario", str(case / "scenario.json")]
-    arguments += ["--workload", str(case / "workload.json"), "--output", str(tmp_path / "r.json")]
-    for profile in given:
-        arguments += ["--timing-profile", profile]
-    if TRACED[name]:  # R71: --trace exactly when the case's entry has trace true
-        arguments.append("--trace")
-    with contextlib.redirect_stderr(io.StringIO()):
-        code = PLAIN.main(arguments)
-    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", text, re.S)]
-    expected = {k: v for b in blocks if isinstance(b, dict) for k, v in b.items() if k[:1] == "/"}
+    case = GOLDEN / "valid" / name
+    expected = derived_values(case)
     assert expected
-    assert code == 0
-    report = json.loads((tmp_path / "r.json").read_text())
-    for pointer, value in expected.items():
-        assert at_pointer(report, pointer) == value, pointer
+    code, error = replay_case(PLAIN, case, tmp_path / "r.json")
+    assert code == 0, error
+    assert not wrong_values(json.loads((tmp_path / "r.json").read_text()), expected)
