@@ -185,12 +185,6 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
             "Dynamo's transfer time has no base latency (bytes / bandwidth only; its fallback "
             "handoff_latency_ms is used only without a bandwidth and is not settable in 1.6.1)",
         )
-    if transfer["bytes_per_token"] * 1_000_000 % transfer["bandwidth_bytes_per_s"]:
-        raise Unsupported(
-            "kv_transfer.fractional_us",
-            "a token's transfer lasts a fraction of a microsecond: R103 rounds the transfer up "
-            "to whole microseconds, Dynamo keeps it in float milliseconds unrounded",
-        )
     mode = transfer.get("mode", "destination_missing")
     dynamo_mode = "full_prompt"
     if mode == "destination_missing" and decode.cache["prefix_caching"]:
@@ -199,6 +193,31 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
     if decode.scheduler != prefill.scheduler:
         fixed_timing(profile, decode.scheduler)  # the coverage must hold the decode limits too
     return Disagg(prefill, decode, transfer, timing, dynamo_mode)
+
+
+def check_workload(shape: Disagg, workload: dict[str, Any]) -> None:
+    """Refuse what the workload asks that the adapter does not state: sessions, and a
+    transfer that would last a fraction of a microsecond (R103 rounds it up, Dynamo keeps float
+    milliseconds unrounded)."""
+    requests = workload["requests"]
+    if any(request.get("session") is not None for request in requests):
+        raise Unsupported(
+            "disagg.sessions",
+            "sessions over a disaggregated fleet are not stated to Dynamo yet",
+        )
+    per_token = shape.transfer["bytes_per_token"] * 1_000_000
+    bandwidth = shape.transfer["bandwidth_bytes_per_s"]
+    block = shape.decode.cache["block_tokens"]
+    counts = {request["prompt_tokens"] for request in requests}
+    if shape.dynamo_mode == "destination_missing":
+        counts.add(block)  # Dynamo sends whole blocks then
+    for tokens in sorted(counts):
+        if tokens * per_token % bandwidth:
+            raise Unsupported(
+                "kv_transfer.fractional_us",
+                f"a transfer of {tokens} tokens lasts a fraction of a microsecond: R103 rounds it "
+                "up to whole microseconds, Dynamo keeps float milliseconds unrounded",
+            )
 
 
 def side_engine(shape: Disagg, side: Side, worker_type: str) -> dict[str, Any]:
@@ -239,6 +258,7 @@ def run(shape: Disagg, workload: dict[str, Any], timeout_s: float | None = None)
     """Dynamo's per-request records of the disaggregated replay, in no order."""
     from servesim_dynamo import dynamo_runtime
 
+    check_workload(shape, workload)
     block = workload.get("prefix_hash_block_tokens", shape.prefill.cache["block_tokens"])
     return dynamo_runtime.run_disagg(
         trace_rows(workload["requests"], block),
@@ -252,8 +272,9 @@ def run(shape: Disagg, workload: dict[str, Any], timeout_s: float | None = None)
 
 def match(records: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records in workload order. Records carry random ids, so each is matched by its
-    arrival, prompt and output length; alike requests are told apart by FCFS on the prefill
-    side (the earlier in the workload admitted no later: Dynamo's trace order)."""
+    arrival, prompt and output length; alike requests are told apart by FCFS (the earlier in
+    the workload admitted, held, given its first token and its last token no later): a
+    convention, since nothing in a record names its request (DISAGG.md)."""
     first = min(request["arrival_us"] for request in requests)
     groups: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
     for record in records:
@@ -270,6 +291,7 @@ def match(records: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list
                 r.get("prefill_admit_ms") or 0.0,
                 r.get("source_held_ms") or 0.0,
                 r.get("first_token_ms") or 0.0,
+                r.get("last_token_ms") or 0.0,
             )
         )
     ordered = []
@@ -475,7 +497,9 @@ def _workers(shape: Disagg, reads: list[Read], makespan: int, total: int) -> lis
                     "completed": 0,
                     "handed_off": len(mine),
                     "activated": 0,
-                    "prefill_tokens": sum(r.request["prompt_tokens"] for r in mine),
+                    "prefill_tokens": sum(
+                        r.request["prompt_tokens"] - r.reused_prompt_tokens for r in mine
+                    ),
                     "decode_tokens": 0,
                     "output_tokens": 0,
                 }
