@@ -186,9 +186,17 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
             "handoff_latency_ms is used only without a bandwidth and is not settable in 1.6.1)",
         )
     mode = transfer.get("mode", "destination_missing")
-    dynamo_mode = "full_prompt"
     if mode == "destination_missing" and decode.cache["prefix_caching"]:
-        dynamo_mode = "destination_missing"
+        raise Unsupported(
+            "kv_transfer.destination_missing",
+            "with prefix caching on the decode side R103 sends prompt_tokens minus the decode "
+            "hit; Dynamo's destination_missing sends whole missing blocks (up to ceil(P/B) * B "
+            "tokens), and its records hold neither the hit nor the tokens sent, so a transfer "
+            "that ends during a decode pass cannot be read back (DISAGG.md)",
+        )
+    # without a decode hit R103 sends the whole prompt: Dynamo's full_prompt (its own
+    # destination_missing would round the prompt up to whole blocks)
+    dynamo_mode = "full_prompt"
     timing = fixed_timing(profile, prefill.scheduler)
     if decode.scheduler != prefill.scheduler:
         fixed_timing(profile, decode.scheduler)  # the coverage must hold the decode limits too
@@ -294,6 +302,9 @@ def match(records: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list
                 r.get("last_token_ms") or 0.0,
             )
         )
+    for group in groups.values():
+        _round_robin_ties(group, "prefill_worker_idx", _PREFILL_SAME)
+        _round_robin_ties(group, "decode_worker_idx", _DECODE_SAME)
     ordered = []
     for request in requests:
         key = (request["arrival_us"], request["prompt_tokens"], request["max_output_tokens"])
@@ -305,6 +316,40 @@ def match(records: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list
     if left:
         raise DynamoResult(f"Dynamo recorded {left} request(s) the workload does not hold")
     return ordered
+
+
+_PREFILL_SAME = ("prefill_admit_ms", "source_held_ms", "first_token_ms", "last_token_ms")
+_DECODE_SAME = ("prefill_admit_ms", "source_held_ms", "prefill_worker_idx", "first_token_ms")
+
+
+def _round_robin_ties(group: list[dict[str, Any]], field: str, same: tuple[str, ...]) -> None:
+    """Records alike in ``same`` (and in arrival, prompt and output) were routed one after
+    another, so their workers (``field``) follow round robin (s, s+1, ... mod N): put them in
+    that order (in place), which labels the earlier request with the earlier turn. Left as they
+    are when no start s fits."""
+    start = 0
+    while start < len(group):
+        key = tuple(group[start].get(name) for name in same)
+        end = start
+        while end < len(group) and tuple(group[end].get(name) for name in same) == key:
+            end += 1
+        run = group[start:end]
+        workers = [r.get(field) for r in run]
+        if len(run) > 1 and None not in workers:
+            size = max(workers) + 1
+            found = None
+            for modulus in range(size, size + len(run) + 1):
+                for first in range(modulus):
+                    wanted = [(first + k) % modulus for k in range(len(run))]
+                    if sorted(wanted) == sorted(workers):
+                        found = wanted
+                        break
+                if found is not None:
+                    break
+            if found is not None:
+                pool = list(run)
+                group[start:end] = [pool.pop([r[field] for r in pool].index(w)) for w in found]
+        start = end
 
 
 @dataclass
