@@ -97,7 +97,6 @@ def stamp_table(reference: dict[str, Any], dynamo: dict[str, Any]) -> list[str]:
             ("first_scheduled_us", ours["first_scheduled_us"], other["first_scheduled_us"]),
             ("first_token_us", ours["first_token_us"], other["first_token_us"]),
             ("completion_us", ours["completion_us"], other["completion_us"]),
-            ("token_times_us", ours["token_times_us"], other["token_times_us"]),
             ("reused_prompt_tokens", ours["reused_prompt_tokens"], other["reused_prompt_tokens"]),
             ("preemptions", ours["preemptions"], other["preemptions"]),
         ]
@@ -108,6 +107,18 @@ def stamp_table(reference: dict[str, Any], dynamo: dict[str, Any]) -> list[str]:
                     (ours["handoff"] or {}).get(stamp),
                     (other["handoff"] or {}).get(stamp),
                 )
+            )
+        tokens, other_tokens = ours["token_times_us"], other["token_times_us"]
+        if tokens == other_tokens:
+            agree["token_times_us"] += 1
+        elif "token_times_us" not in first_off:
+            index = next(
+                (i for i, (a, b) in enumerate(zip(tokens, other_tokens)) if a != b),
+                min(len(tokens), len(other_tokens)),
+            )
+            first_off["token_times_us"] = (
+                f"`{ours['id']}` from token {index}: {tokens[index:index + 2]}... (reference) / "
+                f"{other_tokens[index:index + 2]}... (Dynamo)"
             )
         for name, mine, other_value in pairs:
             if mine == other_value:

@@ -50,7 +50,14 @@ from typing import Any
 from servesim.contract.migrations import CHAIN
 from servesim.engine.admission import REJECT_REASONS
 from servesim.report.writer import digest, ratio, statistics, statistics_of_counts
-from servesim_dynamo.mapping import FixedTiming, Unsupported, engine_args, fixed_timing, style
+from servesim_dynamo.mapping import (
+    FixedTiming,
+    Unsupported,
+    arrival_order,
+    engine_args,
+    fixed_timing,
+    style,
+)
 from servesim_dynamo.report import as_report_5
 from servesim_dynamo.timeline import DynamoResult, microseconds
 
@@ -278,18 +285,26 @@ def run(shape: Disagg, workload: dict[str, Any], timeout_s: float | None = None)
     )
 
 
-def match(records: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def match(
+    records: list[dict[str, Any]], requests: list[dict[str, Any]], prefill_workers: int
+) -> list[dict[str, Any]]:
     """The records in workload order. Records carry random ids, so each is matched by its
-    arrival, prompt and output length; alike requests are told apart by FCFS (the earlier in
-    the workload admitted, held, given its first token and its last token no later): a
-    convention, since nothing in a record names its request (DISAGG.md)."""
+    arrival, prompt and output length and its prefill worker by Dynamo's round-robin rule (the
+    k-th arrival, ties in trace order, to prefill worker k mod N; every request takes a turn);
+    requests alike in all of these are told apart by FCFS (the earlier in the workload
+    admitted, held, given its first and last token no later) and by decode-side round-robin
+    turns: a convention, since nothing in a record names its request (DISAGG.md)."""
     first = min(request["arrival_us"] for request in requests)
-    groups: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
+    turn = {
+        position: k % prefill_workers for k, position in enumerate(arrival_order(requests))
+    }
+    groups: dict[tuple[int, int, int, int], list[dict[str, Any]]] = {}
     for record in records:
         key = (
             first + microseconds(record["arrival_time_ms"], "arrival"),
             int(record["input_length"]),
             int(record["requested_output_length"]),
+            int(record.get("prefill_worker_idx") or 0),
         )
         groups.setdefault(key, []).append(record)
     for group in groups.values():
@@ -302,15 +317,21 @@ def match(records: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list
                 r.get("last_token_ms") or 0.0,
             )
         )
-    for group in groups.values():
-        _round_robin_ties(group, "prefill_worker_idx", _PREFILL_SAME)
         _round_robin_ties(group, "decode_worker_idx", _DECODE_SAME)
     ordered = []
-    for request in requests:
-        key = (request["arrival_us"], request["prompt_tokens"], request["max_output_tokens"])
+    for position, request in enumerate(requests):
+        key = (
+            request["arrival_us"],
+            request["prompt_tokens"],
+            request["max_output_tokens"],
+            turn[position],
+        )
         group = groups.get(key)
         if not group:
-            raise DynamoResult(f"request {request['id']!r}: Dynamo recorded no outcome for it")
+            raise DynamoResult(
+                f"request {request['id']!r}: no record of Dynamo's matches it on prefill worker "
+                f"{turn[position]} (its round-robin turn)"
+            )
         ordered.append(group.pop(0))
     left = sum(len(group) for group in groups.values())
     if left:
@@ -318,7 +339,6 @@ def match(records: list[dict[str, Any]], requests: list[dict[str, Any]]) -> list
     return ordered
 
 
-_PREFILL_SAME = ("prefill_admit_ms", "source_held_ms", "first_token_ms", "last_token_ms")
 _DECODE_SAME = ("prefill_admit_ms", "source_held_ms", "prefill_worker_idx", "first_token_ms")
 
 
@@ -617,7 +637,7 @@ def build(
 ) -> dict[str, Any]:
     """The report 8.0 value of a disaggregated replay."""
     first = min(request["arrival_us"] for request in requests)
-    ordered = match(records, requests)
+    ordered = match(records, requests, shape.prefill.workers)
     reads = [read(shape, record, request, first) for record, request in zip(ordered, requests)]
     entries = []
     for r in reads:
