@@ -38,8 +38,9 @@ TIMEOUT_S = 60
 
 sys.path[:0] = [str(HERE), str(ROOT / "reference"), str(ROOT / "conformance")]
 
-from servesim_conformance.compare import _differences  # noqa: E402
 from servesim_dynamo.fixed_form import fixed_form_grid  # noqa: E402
+
+from servesim_conformance.compare import _differences  # noqa: E402
 
 
 def twin(case: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

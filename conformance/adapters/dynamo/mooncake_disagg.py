@@ -36,6 +36,7 @@ ROOT = HERE.parents[2]
 sys.path[:0] = [str(HERE), str(ROOT / "conformance"), str(ROOT / "reference")]
 
 import mooncake  # noqa: E402
+
 from servesim_conformance.agreement import compare, figures  # noqa: E402
 
 BLOCK_TOKENS = 64
@@ -77,9 +78,7 @@ def environment() -> dict[str, str]:
 
 def timed(command: list[str]) -> tuple[int, float, str]:
     start = time.monotonic()
-    done = subprocess.run(
-        command, capture_output=True, text=True, check=False, env=environment()
-    )
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=environment())
     return done.returncode, time.monotonic() - start, done.stderr.strip()[-2000:]
 
 
@@ -113,12 +112,12 @@ def stamp_table(reference: dict[str, Any], dynamo: dict[str, Any]) -> list[str]:
             agree["token_times_us"] += 1
         elif "token_times_us" not in first_off:
             index = next(
-                (i for i, (a, b) in enumerate(zip(tokens, other_tokens)) if a != b),
+                (i for i, (a, b) in enumerate(zip(tokens, other_tokens, strict=False)) if a != b),
                 min(len(tokens), len(other_tokens)),
             )
             first_off["token_times_us"] = (
-                f"`{ours['id']}` from token {index}: {tokens[index:index + 2]}... (reference) / "
-                f"{other_tokens[index:index + 2]}... (Dynamo)"
+                f"`{ours['id']}` from token {index}: {tokens[index : index + 2]}... (reference) / "
+                f"{other_tokens[index : index + 2]}... (Dynamo)"
             )
         for name, mine, other_value in pairs:
             if mine == other_value:
@@ -126,7 +125,7 @@ def stamp_table(reference: dict[str, Any], dynamo: dict[str, Any]) -> list[str]:
             elif name not in first_off:
                 first_off[name] = f"`{ours['id']}`: {mine} (reference) / {other_value} (Dynamo)"
     lines = ["| member | requests equal | first that differs |", "|---|---|---|"]
-    for name in [p for p in agree] + [n for n in first_off if n not in agree]:
+    for name in list(agree) + [n for n in first_off if n not in agree]:
         lines.append(f"| `{name}` | {agree[name]} of {total} | {first_off.get(name, '')} |")
     return lines
 
@@ -223,9 +222,7 @@ def main() -> int:
         lines.append(f"| {name} | {summary_ref[name]} | {summary_dyn[name]} |")
     for stat in ("ttft_us", "itl_us", "e2e_us", "tpot_us"):
         for p in ("p50", "p90", "p99"):
-            lines.append(
-                f"| {stat} {p} | {summary_ref[stat][p]} | {summary_dyn[stat][p]} |"
-            )
+            lines.append(f"| {stat} {p} | {summary_ref[stat][p]} | {summary_dyn[stat][p]} |")
     for name in ("count", "tokens"):
         lines.append(
             f"| transfers.{name} | {summary_ref['transfers'][name]} | "

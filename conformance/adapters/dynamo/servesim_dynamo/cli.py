@@ -80,10 +80,10 @@ def description() -> dict[str, Any]:
     is refused by name. Scenario 1.6 is (R108: no feature tag names disaggregation): a
     disaggregated fleet runs through Dynamo's disaggregated replay (disagg.py), vllm on both
     sides, round robin on both sides, one fixed-form grid, no base latency and whole-microsecond
-    transfers; anything else is refused by name. The report is 8.0, the current one (R38: a reader of scenario 1.5 writes
-    7.0 or later; R108's migration adds an aggregated fleet's values), its
-    cache members those of a replay without a cache, ``cached_blocks_at_routing`` null
-    (round robin).
+    transfers; anything else is refused by name. The report is 8.0, the current one (R38: a
+    reader of scenario 1.5 writes 7.0 or later; R108's migration adds an aggregated fleet's
+    values), its cache members those of a replay without a cache (null for a disaggregated
+    one: Dynamo records no blocks in use), ``cached_blocks_at_routing`` null (round robin).
     """
     return {
         "name": NAME,

@@ -295,9 +295,7 @@ def match(
     admitted, held, given its first and last token no later) and by decode-side round-robin
     turns: a convention, since nothing in a record names its request (DISAGG.md)."""
     first = min(request["arrival_us"] for request in requests)
-    turn = {
-        position: k % prefill_workers for k, position in enumerate(arrival_order(requests))
-    }
+    turn = {position: k % prefill_workers for k, position in enumerate(arrival_order(requests))}
     groups: dict[tuple[int, int, int, int], list[dict[str, Any]]] = {}
     for record in records:
         key = (
@@ -326,7 +324,7 @@ def match(
             request["max_output_tokens"],
             turn[position],
         )
-        group = groups.get(key)
+        group = groups.get(key, [])
         if not group:
             raise DynamoResult(
                 f"request {request['id']!r}: no record of Dynamo's matches it on prefill worker "
@@ -354,8 +352,8 @@ def _round_robin_ties(group: list[dict[str, Any]], field: str, same: tuple[str, 
         while end < len(group) and tuple(group[end].get(name) for name in same) == key:
             end += 1
         run = group[start:end]
-        workers = [r.get(field) for r in run]
-        if len(run) > 1 and None not in workers:
+        if len(run) > 1 and all(r.get(field) is not None for r in run):
+            workers = [int(r[field]) for r in run]
             size = max(workers) + 1
             found = None
             for modulus in range(size, size + len(run) + 1):
@@ -440,8 +438,11 @@ def read(shape: Disagg, record: dict[str, Any], request: dict[str, Any], first: 
     status = str(record["terminal_status"])
     admissions = record.get("admission_history") or []
     readmissions = [
-        (str(a["pool"]), first + microseconds(a["at_ms"], f"admission of {rid}"),
-         int(a["reused_input_tokens"]))
+        (
+            str(a["pool"]),
+            first + microseconds(a["at_ms"], f"admission of {rid}"),
+            int(a["reused_input_tokens"]),
+        )
         for a in admissions
         if a.get("is_readmission")
     ]
@@ -638,7 +639,10 @@ def build(
     """The report 8.0 value of a disaggregated replay."""
     first = min(request["arrival_us"] for request in requests)
     ordered = match(records, requests, shape.prefill.workers)
-    reads = [read(shape, record, request, first) for record, request in zip(ordered, requests)]
+    reads = [
+        read(shape, record, request, first)
+        for record, request in zip(ordered, requests, strict=True)
+    ]
     entries = []
     for r in reads:
         request = r.request
@@ -717,10 +721,23 @@ def build(
         "inputs": digests,
         "summary": summary,
         "workers": [
-            {k: w[k] for k in (
-                "worker", "routed", "completed", "steps", "busy_us", "utilization",
-                "peak_running", "peak_waiting", "prefill_tokens", "decode_tokens",
-                "output_tokens", "kv_cache")}
+            {
+                k: w[k]
+                for k in (
+                    "worker",
+                    "routed",
+                    "completed",
+                    "steps",
+                    "busy_us",
+                    "utilization",
+                    "peak_running",
+                    "peak_waiting",
+                    "prefill_tokens",
+                    "decode_tokens",
+                    "output_tokens",
+                    "kv_cache",
+                )
+            }
             for w in workers
         ],
         "requests": entries,
@@ -750,7 +767,7 @@ def _with_disagg(
         mine = [w for w in workers if w["pool"] == name]
         done = [
             e
-            for e, r in zip(report["requests"], reads)
+            for e, r in zip(report["requests"], reads, strict=True)
             if e["outcome"] == "completed"
             and roles[name] == "decode"
             and shape.decode.global_worker(r.decode_worker or 0)[1] == name
@@ -786,7 +803,7 @@ def _with_disagg(
         {"pool": pool["name"], **profile} for pool in scenario["fleet"]["pools"]
     ]
     handoffs = []
-    for entry, r in zip(report["requests"], reads):
+    for entry, r in zip(report["requests"], reads, strict=True):
         entry["rank"] = 0
         if r.status != "completed":
             entry["pool"] = shape.prefill.global_worker(r.prefill_worker or 0)[1]
@@ -795,7 +812,8 @@ def _with_disagg(
         _, pool, _ = shape.prefill.global_worker(r.prefill_worker or 0)
         decode_worker, decode_pool, _ = shape.decode.global_worker(r.decode_worker or 0)
         entry["pool"] = pool
-        assert r.transfer_end_us is not None and r.reserved_us is not None
+        assert r.transfer_end_us is not None
+        assert r.reserved_us is not None
         entry["handoff"] = {
             "prefill_end_us": r.held_us,
             "decode_worker": decode_worker,
