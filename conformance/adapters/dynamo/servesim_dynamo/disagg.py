@@ -26,7 +26,8 @@ What is stated (everything else is refused, exit 2, naming the feature):
   cache does not cache prefixes (no decode hit: R103 sends the prompt, Dynamo's own
   ``destination_missing`` would send it block-rounded) and Dynamo's ``destination_missing``
   otherwise (block-rounded, DISAGG.md);
-- no stop time, no sessions, no closed loop (not stated yet).
+- sessions (R59) and the closed loop (R61) through Dynamo's multi-turn replay (``session_id``,
+  ``delay``, ``replay_concurrency``), as sessions.py does for aggregated fleets; no stop time.
 
 What is read back: every request's prefill and decode worker, prefill admission (its
 ``first_scheduled_us``), prefill end (``source_held_ms``), reservation, activation, decode
@@ -57,8 +58,10 @@ from servesim_dynamo.mapping import (
     engine_args,
     fixed_timing,
     style,
+    to_ms,
 )
 from servesim_dynamo.report import as_report_5
+from servesim_dynamo.sessions import LONE
 from servesim_dynamo.timeline import DynamoResult, microseconds
 
 #: Trace block size for rows without prefix hashes (every block gets a hash nothing shares).
@@ -100,6 +103,8 @@ class Disagg:
     timing: FixedTiming
     dynamo_mode: str
     """Dynamo's ``kv_transfer_timing_mode``."""
+    concurrency: int | None = None
+    """R61's ``max_in_flight``: Dynamo's ``replay_concurrency``."""
 
     @property
     def bandwidth_gb_s(self) -> float:
@@ -164,14 +169,12 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
             "Dynamo's decode side is routed by the same router_mode as the prefill side; only "
             "round_robin on both sides can be stated",
         )
-    for member, feature in (
-        ("stop_at_us", "scenario.stop_at_us"),
-        ("closed_loop", "disagg.closed_loop"),
-    ):
-        if member in scenario:
-            raise Unsupported(
-                feature, f"{member} over a disaggregated fleet is not stated to Dynamo yet"
-            )
+    if "stop_at_us" in scenario:
+        raise Unsupported(
+            "scenario.stop_at_us",
+            "Dynamo's max_sim_time_ms records no token times to cut at it (R62, R106); not "
+            "stated for a disaggregated fleet",
+        )
     prefill, decode = _side(scenario, "prefill"), _side(scenario, "decode")
     for side in (prefill, decode):
         if style(side.scheduler) != "vllm":
@@ -207,19 +210,15 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
     timing = fixed_timing(profile, prefill.scheduler)
     if decode.scheduler != prefill.scheduler:
         fixed_timing(profile, decode.scheduler)  # the coverage must hold the decode limits too
-    return Disagg(prefill, decode, transfer, timing, dynamo_mode)
+    loop = scenario.get("closed_loop")
+    concurrency = None if loop is None else int(loop["max_in_flight"])
+    return Disagg(prefill, decode, transfer, timing, dynamo_mode, concurrency)
 
 
 def check_workload(shape: Disagg, workload: dict[str, Any]) -> None:
-    """Refuse what the workload asks that the adapter does not state: sessions, and a
-    transfer that would last a fraction of a microsecond (R103 rounds it up, Dynamo keeps float
-    milliseconds unrounded)."""
+    """Refuse a transfer that would last a fraction of a microsecond (R103 rounds it up,
+    Dynamo keeps float milliseconds unrounded)."""
     requests = workload["requests"]
-    if any(request.get("session") is not None for request in requests):
-        raise Unsupported(
-            "disagg.sessions",
-            "sessions over a disaggregated fleet are not stated to Dynamo yet",
-        )
     per_token = shape.transfer["bytes_per_token"] * 1_000_000
     bandwidth = shape.transfer["bandwidth_bytes_per_s"]
     block = shape.decode.cache["block_tokens"]
@@ -269,20 +268,77 @@ def trace_rows(requests: list[dict[str, Any]], block: int) -> list[dict[str, Any
     return rows
 
 
-def run(shape: Disagg, workload: dict[str, Any], timeout_s: float | None = None) -> list[Any]:
+def with_sessions(shape: Disagg, workload: dict[str, Any]) -> bool:
+    """Whether arrivals depend on the run (R59 sessions, R61 closed loop): then every request
+    is a session of Dynamo's multi-turn replay and its records name their session and turn."""
+    return shape.concurrency is not None or "sessions" in workload
+
+
+def session_keys(requests: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """Each request's (Dynamo session id, turn index); a request without a session is a
+    session of one turn (sessions.LONE)."""
+    turns: dict[str, int] = {}
+    keys = []
+    for position, request in enumerate(requests):
+        session = request.get("session")
+        name = LONE.format(position) if session is None else session
+        keys.append((name, turns.get(name, 0)))
+        turns[name] = turns.get(name, 0) + 1
+    return keys
+
+
+def run(shape: Disagg, workload: dict[str, Any]) -> list[Any]:
     """Dynamo's per-request records of the disaggregated replay, in no order."""
     from servesim_dynamo import dynamo_runtime
 
     check_workload(shape, workload)
     block = workload.get("prefix_hash_block_tokens", shape.prefill.cache["block_tokens"])
+    requests = workload["requests"]
+    rows = trace_rows(requests, block)
+    if with_sessions(shape, workload):
+        # R59: a later turn arrives think_time_us after the previous one ends (Dynamo's delay)
+        for row, request, (name, turn) in zip(rows, requests, session_keys(requests), strict=True):
+            row["session_id"] = name
+            if turn > 0:
+                row["delay"] = to_ms(request.get("think_time_us", 0))
     return dynamo_runtime.run_disagg(
-        trace_rows(workload["requests"], block),
+        rows,
         side_engine(shape, shape.prefill, "prefill"),
         side_engine(shape, shape.decode, "decode"),
         shape.prefill.workers,
         shape.decode.workers,
         block_size=block,
+        concurrency=shape.concurrency,
     )
+
+
+def released(
+    shape: Disagg, records: list[dict[str, Any]], requests: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """With sessions or a closed loop: the records in workload order (matched by session and
+    turn) and the requests with the arrivals Dynamo released them at."""
+    by_key = {
+        (str(r["session_id"]), int(r["turn_index"])): r
+        for r in records
+        if r.get("turn_index") is not None
+    }
+    first = min(request["arrival_us"] for request in requests)
+    ordered, arrived = [], []
+    for request, key in zip(requests, session_keys(requests), strict=True):
+        record = by_key.get(key)
+        if record is None:
+            raise DynamoResult(f"Dynamo's session replay recorded no turn {key}")
+        what = f"{request['id']} (session {key[0]!r}, turn {key[1]})"
+        at = first + microseconds(record["arrival_time_ms"], f"arrival of {what}")
+        if key[1] > 0 and shape.concurrency is None and request["arrival_us"] > at:
+            raise Unsupported(
+                "session.recorded_arrival",
+                f"turn {what} is recorded at {request['arrival_us']} us, after its release at "
+                f"{at} us; R59 takes the later of the two, Dynamo's sessions only the delay",
+            )
+        ordered.append(record)
+        arrived.append({**request, "arrival_us": at})
+    return ordered, arrived
 
 
 def match(
@@ -638,7 +694,10 @@ def build(
 ) -> dict[str, Any]:
     """The report 8.0 value of a disaggregated replay."""
     first = min(request["arrival_us"] for request in requests)
-    ordered = match(records, requests, shape.prefill.workers)
+    if any(record.get("turn_index") is not None for record in records):
+        ordered, requests = released(shape, records, requests)
+    else:
+        ordered = match(records, requests, shape.prefill.workers)
     reads = [
         read(shape, record, request, first)
         for record, request in zip(ordered, requests, strict=True)

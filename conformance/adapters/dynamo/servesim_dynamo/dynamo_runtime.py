@@ -115,6 +115,7 @@ def run_disagg(
     decode_workers: int,
     *,
     block_size: int,
+    concurrency: int | None = None,
 ) -> list[dict[str, Any]]:
     """Dynamo's documented disaggregated replay of a Mooncake trace (``run_trace_replay`` with
     ``prefill_engine_args`` and ``decode_engine_args``, round robin on both sides): the
@@ -140,6 +141,7 @@ def run_disagg(
                 router_mode="round_robin",
                 trace_block_size=block_size,
                 capture_per_request=True,
+                replay_concurrency=concurrency,
             )
         except Exception as error:  # Dynamo raises bare Exception for a bad trace too
             raise DynamoResult(f"Dynamo's disaggregated replay failed: {error}") from None
