@@ -69,7 +69,14 @@ def without_cache(value: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    "case", ["disagg-one-request-every-stamp", "disagg-two-decode-workers-round-robin"]
+    "case",
+    [
+        "disagg-one-request-every-stamp",
+        "disagg-two-decode-workers-round-robin",
+        "disagg-closed-loop",
+        "disagg-session-two-turns",
+        "disagg-trtllm-both-sides",
+    ],
 )
 def test_agrees_with_the_reference_but_for_cache_counters(
     case: str, monkeypatch: pytest.MonkeyPatch
@@ -135,10 +142,8 @@ def test_reservation_waits_for_the_decode_pass_in_dynamo(monkeypatch: pytest.Mon
         ("disagg-decode-random-seed-42", "routing.decode.random"),
         ("disagg-decode-least-loaded", "routing.decode.least_loaded"),
         ("disagg-prefill-cache-aware-session", "routing.cache_aware"),
-        ("disagg-trtllm-both-sides", "disagg.style.trtllm"),
         ("disagg-decode-ranks", "disagg.ranks"),
         ("disagg-stop-during-transfer", "scenario.stop_at_us"),
-        ("disagg-closed-loop", "disagg.closed_loop"),
         ("disagg-decode-prefix-reuse-shrinks-transfer", "kv_transfer.destination_missing"),
     ],
 )
@@ -149,19 +154,30 @@ def test_what_dynamo_cannot_state_is_refused_by_name(case: str, feature: str) ->
     assert raised.value.feature == feature
 
 
-@pytest.mark.parametrize(
-    ("case", "feature"),
-    [
-        ("disagg-session-two-turns", "disagg.sessions"),
-        ("disagg-transfer-rounds-up", "kv_transfer.fractional_us"),
-    ],
-)
-def test_what_the_workload_asks_beyond_dynamo_is_refused(case: str, feature: str) -> None:
-    scenario, workload, grid = twin(case)
+def test_a_fractional_microsecond_transfer_is_refused() -> None:
+    scenario, workload, grid = twin("disagg-transfer-rounds-up")
     shape = disagg.check_disagg(scenario, grid)
     with pytest.raises(Unsupported) as raised:
         disagg.check_workload(shape, workload)
-    assert raised.value.feature == feature
+    assert raised.value.feature == "kv_transfer.fractional_us"
+
+
+def test_mixed_styles_are_refused() -> None:
+    """R97 allows vllm and trtllm mixed; Dynamo's replay takes one backend for both sides."""
+    scenario, _, grid = twin("disagg-one-request-every-stamp")
+    scenario["fleet"]["pools"][1]["scheduler"] = {**scenario["scheduler"], "style": "trtllm"}
+    with pytest.raises(Unsupported) as raised:
+        disagg.check_disagg(scenario, grid)
+    assert raised.value.feature == "disagg.style.mixed"
+
+
+def test_sessions_are_matched_by_session_and_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """R59: t1 is released 50 us after t0 ends; Dynamo's records name session and turn."""
+    reference, ours = both("disagg-session-two-turns", monkeypatch)
+    assert [r["arrival_us"] for r in ours["requests"]] == [
+        r["arrival_us"] for r in reference["requests"]
+    ]
+    assert ours["requests"][1]["arrival_us"] == ours["requests"][0]["completion_us"] + 50
 
 
 def test_engine_arguments_of_both_sides() -> None:

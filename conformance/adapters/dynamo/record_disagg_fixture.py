@@ -21,6 +21,8 @@ from disagg_cases import GOLDEN, twin
 from servesim_dynamo import disagg
 
 MEMBERS = (
+    "session_id",
+    "turn_index",
     "arrival_time_ms",
     "input_length",
     "requested_output_length",

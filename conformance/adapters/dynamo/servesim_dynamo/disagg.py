@@ -13,7 +13,8 @@ What is stated (everything else is refused, exit 2, naming the feature):
 - prefill pools all alike and decode pools all alike (limits, cache, one rank each): one engine
   per side; the prefill pools' workers in pool order are Dynamo's prefill workers, the decode
   pools' its decode workers;
-- style ``vllm`` on both sides (Dynamo's backend ``vllm``), prefill whole;
+- one style on both sides, ``vllm`` or ``trtllm`` (Dynamo's backend of that name: its
+  disaggregated replay takes one backend for both sides), prefill whole;
 - routing ``round_robin`` (or weighted with equal weights) on the prefill side and round robin
   on the decode side (Dynamo's ``router_mode`` round_robin);
 - one fixed-form grid profile (mapping.fixed_timing) for both sides: a prefill pass lasts its
@@ -176,13 +177,14 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
             "stated for a disaggregated fleet",
         )
     prefill, decode = _side(scenario, "prefill"), _side(scenario, "decode")
+    styles = {style(prefill.scheduler), style(decode.scheduler)}
+    if len(styles) > 1:
+        raise Unsupported(
+            "disagg.style.mixed",
+            "Dynamo's disaggregated replay requires one backend on both sides (R97 allows "
+            "vllm and trtllm mixed)",
+        )
     for side in (prefill, decode):
-        if style(side.scheduler) != "vllm":
-            raise Unsupported(
-                f"disagg.style.{style(side.scheduler)}",
-                "the adapter states Dynamo's source-first vLLM handoff only (trtllm's "
-                "reservation rule, R102, is not read back yet)",
-            )
         if side.scheduler["prefill"]["mode"] != "whole":
             raise Unsupported(
                 "prefill.chunked",
@@ -196,7 +198,11 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
             "handoff_latency_ms is used only without a bandwidth and is not settable in 1.6.1)",
         )
     mode = transfer.get("mode", "destination_missing")
-    if mode == "destination_missing" and decode.cache["prefix_caching"]:
+    if (
+        mode == "destination_missing"
+        and decode.cache["prefix_caching"]
+        and style(decode.scheduler) == "vllm"  # trtllm reserves FreshOnly: no hit (R102)
+    ):
         raise Unsupported(
             "kv_transfer.destination_missing",
             "with prefix caching on the decode side R103 sends prompt_tokens minus the decode "
@@ -204,7 +210,8 @@ def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
             "tokens), and its records hold neither the hit nor the tokens sent, so a transfer "
             "that ends during a decode pass cannot be read back (DISAGG.md)",
         )
-    # without a decode hit R103 sends the whole prompt: Dynamo's full_prompt (its own
+    # without a decode hit (no decode prefix cache, or trtllm) R103 sends the whole prompt:
+    # Dynamo's full_prompt (its own
     # destination_missing would round the prompt up to whole blocks)
     dynamo_mode = "full_prompt"
     timing = fixed_timing(profile, prefill.scheduler)
@@ -674,7 +681,7 @@ def _workers(shape: Disagg, reads: list[Read], makespan: int, total: int) -> lis
                     "worker": worker,
                     "pool": pool,
                     "pool_worker": pool_worker,
-                    "style": "vllm",
+                    "style": style(side.scheduler),
                     **base,
                     "ranks": [{"rank": 0, **base}],
                 }
@@ -837,7 +844,9 @@ def _with_disagg(
         pools.append(
             {
                 "name": name,
-                "style": "vllm",
+                "style": style(
+                    (shape.prefill if roles[name] == "prefill" else shape.decode).scheduler
+                ),
                 "role": roles[name],
                 "handed_off": sum(w["handed_off"] for w in mine),
                 "activated": sum(w["activated"] for w in mine),
