@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from servesim.contract.documents import Document, load_document
+from servesim.contract.schema_check import schema_problems
 from servesim.replay import replay_documents
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +83,7 @@ def test_agrees_with_the_reference_but_for_cache_counters(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reference, ours = both(case, monkeypatch)
+    assert schema_problems(ours, "report", "8.0", "report.json") == []
     assert without_cache(ours) == without_cache(reference)
     # Dynamo records no blocks in use: the adapter writes null there, the reference counts
     assert ours["workers"][0]["kv_cache"] is None
