@@ -77,6 +77,7 @@ def without_cache(value: Any) -> Any:
         "disagg-closed-loop",
         "disagg-session-two-turns",
         "disagg-trtllm-both-sides",
+        "disagg-decode-ranks",
     ],
 )
 def test_agrees_with_the_reference_but_for_cache_counters(
@@ -144,7 +145,6 @@ def test_reservation_waits_for_the_decode_pass_in_dynamo(monkeypatch: pytest.Mon
         ("disagg-decode-random-seed-42", "routing.decode.random"),
         ("disagg-decode-least-loaded", "routing.decode.least_loaded"),
         ("disagg-prefill-cache-aware-session", "routing.cache_aware"),
-        ("disagg-decode-ranks", "disagg.ranks"),
         ("disagg-stop-during-transfer", "scenario.stop_at_us"),
         ("disagg-decode-prefix-reuse-shrinks-transfer", "kv_transfer.destination_missing"),
     ],

@@ -40,7 +40,11 @@ MEMBERS = (
     "decode_reused_input_tokens",
     "readmission_count",
     "admission_history",
+    "routing_history",
 )
+
+#: The members of each routing_history entry the adapter reads.
+ROUTING_MEMBERS = ("pool", "logical_worker_id", "dp_rank")
 
 
 def main() -> int:
@@ -49,6 +53,11 @@ def main() -> int:
     shape = disagg.check_disagg(scenario, grid)
     records = disagg.run(shape, workload)
     kept = [{name: record.get(name) for name in MEMBERS} for record in records]
+    for record in kept:
+        record["routing_history"] = [
+            {name: routed[name] for name in ROUTING_MEMBERS}
+            for routed in record["routing_history"] or []
+        ]
     path = (
         Path(__file__).resolve().parent / "fixtures" / f"disagg-{case.removeprefix('disagg-')}.json"
     )

@@ -82,6 +82,7 @@ class Side:
     pools: tuple[tuple[str, int, int], ...]
     scheduler: dict[str, Any]
     cache: dict[str, Any]
+    dp_size: int = 1
 
     @property
     def workers(self) -> int:
@@ -128,21 +129,18 @@ def _side(scenario: dict[str, Any], role: str) -> Side:
             pools.append((pool["name"], pool["workers"], first))
             members.append(pool)
         first += pool["workers"]
-    if any(pool.get("dp_size", 1) != 1 for pool in members):
-        raise Unsupported(
-            "disagg.ranks",
-            "a disaggregated pool of several attention-DP ranks: the adapter reads each worker's "
-            "passes off one rank's requests (not stated yet)",
-        )
+    sizes = {pool.get("dp_size", 1) for pool in members}
     scheduler = {_canonical(p.get("scheduler", scenario["scheduler"])) for p in members}
     cache = {_canonical(p.get("kv_cache", scenario.get("kv_cache"))) for p in members}
-    if len(scheduler) > 1 or len(cache) > 1:
+    if len(scheduler) > 1 or len(cache) > 1 or len(sizes) > 1:
         raise Unsupported(
             "fleet.pools",
-            f"the {role} pools differ in limits or cache; Dynamo's disaggregated replay takes one "
-            f"engine configuration for all its {role} workers",
+            f"the {role} pools differ in limits, cache or dp_size; Dynamo's disaggregated replay "
+            f"takes one engine configuration (one dp_size) for all its {role} workers",
         )
-    return Side(tuple(pools), json.loads(scheduler.pop()), json.loads(cache.pop()))
+    return Side(
+        tuple(pools), json.loads(scheduler.pop()), json.loads(cache.pop()), int(sizes.pop())
+    )
 
 
 def check_disagg(scenario: dict[str, Any], profile: dict[str, Any]) -> Disagg:
@@ -316,6 +314,7 @@ def run(shape: Disagg, workload: dict[str, Any]) -> list[Any]:
         shape.decode.workers,
         block_size=block,
         concurrency=shape.concurrency,
+        dp_sizes=(shape.prefill.dp_size, shape.decode.dp_size),
     )
 
 
@@ -365,7 +364,7 @@ def match(
             first + microseconds(record["arrival_time_ms"], "arrival"),
             int(record["input_length"]),
             int(record["requested_output_length"]),
-            int(record.get("prefill_worker_idx") or 0),
+            _logical_worker(record, "prefill"),
         )
         groups.setdefault(key, []).append(record)
     for group in groups.values():
@@ -398,6 +397,15 @@ def match(
     if left:
         raise DynamoResult(f"Dynamo recorded {left} request(s) the workload does not hold")
     return ordered
+
+
+def _logical_worker(record: dict[str, Any], pool: str) -> int:
+    """The logical worker a record was routed to on one side (its ``*_worker_idx`` numbers
+    schedulers: worker * dp_size + rank)."""
+    for routed in reversed(record.get("routing_history") or []):
+        if routed["pool"] == pool:
+            return int(routed["logical_worker_id"])
+    return int(record.get(f"{pool}_worker_idx") or 0)
 
 
 _DECODE_SAME = ("prefill_admit_ms", "source_held_ms", "prefill_worker_idx", "first_token_ms")
@@ -441,6 +449,8 @@ class Read:
     status: str
     prefill_worker: int | None
     decode_worker: int | None
+    prefill_rank: int
+    decode_rank: int
     prefill_admit_us: int | None
     held_us: int | None
     reserved_us: int | None
@@ -510,11 +520,19 @@ def read(shape: Disagg, record: dict[str, Any], request: dict[str, Any], first: 
         if a.get("is_readmission")
     ]
     prefill_first = [a for a in admissions if a["pool"] == "prefill" and not a["is_readmission"]]
+    # each side's logical worker and attention-DP rank (the last routing of that pool; Dynamo's
+    # *_worker_idx numbers schedulers, worker * dp_size + rank)
+    route = {
+        str(h["pool"]): (int(h["logical_worker_id"]), int(h["dp_rank"]))
+        for h in record.get("routing_history") or []
+    }
     entry = Read(
         request=request,
         status=status,
-        prefill_worker=record.get("prefill_worker_idx"),
-        decode_worker=record.get("decode_worker_idx"),
+        prefill_worker=route["prefill"][0] if "prefill" in route else None,
+        decode_worker=route["decode"][0] if "decode" in route else None,
+        prefill_rank=route["prefill"][1] if "prefill" in route else 0,
+        decode_rank=route["decode"][1] if "decode" in route else 0,
         prefill_admit_us=_at(record, "prefill_admit_ms", first, rid),
         held_us=_at(record, "source_held_ms", first, rid),
         reserved_us=_at(record, "destination_reserved_ms", first, rid),
@@ -598,92 +616,122 @@ def _peak(intervals: list[tuple[int, int]]) -> int:
     return peak
 
 
+def _counters(
+    role: str, mine: list[Read], timing: FixedTiming
+) -> tuple[dict[str, Any], list[int], int]:
+    """One worker's or rank's counters over its completed requests ``mine``, its pass ends and
+    a pass's length: a prefill worker's passes end at its distinct prefill ends (whole prefill:
+    every pass completes its prompts) and last the prefill part; a decode worker's at its
+    distinct token times, a decode part."""
+    if role == "prefill":
+        ends = sorted({r.held_us for r in mine if r.held_us is not None})
+        held = Counter(r.held_us for r in mine)
+        ordered = sorted(r.request["arrival_us"] for r in mine)
+        admitted = sorted(r.prefill_admit_us or 0 for r in mine)
+        peak_waiting = 0
+        for k, now in enumerate(ordered):
+            peak_waiting = max(peak_waiting, k + 1 - bisect.bisect_left(admitted, now))
+        return (
+            {
+                "routed": len(mine),
+                "completed": 0,
+                "handed_off": len(mine),
+                "activated": 0,
+                "prefill_tokens": sum(
+                    r.request["prompt_tokens"] - r.reused_prompt_tokens for r in mine
+                ),
+                "decode_tokens": 0,
+                "output_tokens": 0,
+                "peak_running": max(held.values(), default=0),
+                "peak_waiting": peak_waiting,
+            },
+            ends,
+            timing.prefill_us,
+        )
+    ends = sorted({t for r in mine for t in r.tokens})
+    at_end = Counter(t for r in mine for t in r.tokens)
+    waits = []
+    recompute = 0
+    recompute_firsts = 0
+    for r in mine:
+        for pool_name, at, reused in r.readmissions:
+            if pool_name != "decode":
+                continue
+            before = [t for t in r.tokens if t <= at]
+            waits.append((before[-1] if before else r.activated_us or at, at))
+            recompute += r.request["prompt_tokens"] + 1 + len(before) - reused
+            recompute_firsts += 1
+    outputs = sum(len(r.tokens) for r in mine)
+    return (
+        {
+            "routed": len(mine),
+            "completed": len(mine),
+            "handed_off": 0,
+            "activated": len(mine),
+            "prefill_tokens": recompute,
+            "decode_tokens": outputs - recompute_firsts,
+            "output_tokens": outputs,
+            "peak_running": max(at_end.values(), default=0),
+            "peak_waiting": _peak(waits),
+        },
+        ends,
+        timing.decode_us,
+    )
+
+
+def _timed(
+    counters: dict[str, Any], ends: list[int], duration: int, makespan: int, what: str
+) -> dict[str, Any]:
+    for earlier, later in itertools.pairwise(ends):
+        if later - earlier < duration:
+            raise DynamoResult(
+                f"{what}: passes ending at {earlier} and {later} us overlap under the fixed "
+                f"model ({duration} us a pass)"
+            )
+    busy = duration * len(ends)
+    return {
+        **counters,
+        "steps": len(ends),
+        "busy_us": busy,
+        "utilization": ratio(busy, makespan),
+        "kv_cache": None,  # R52: Dynamo records no blocks in use
+    }
+
+
 def _workers(shape: Disagg, reads: list[Read], makespan: int, total: int) -> list[dict[str, Any]]:
-    """Every worker's counters, in global order, read off the records: a prefill worker's
-    passes end at its distinct prefill ends (whole prefill: every pass completes its prompts)
-    and last the prefill part; a decode worker's at its distinct token times, a decode part."""
+    """Every worker's counters, in global order, read off the records; a worker of several
+    ranks passes at once on all of them (R83: every rank's step lasts the same part under the
+    fixed model), so its passes are the union of its ranks' steps."""
     entries: list[dict[str, Any]] = []
-    timing = shape.timing
     sides = {"prefill": shape.prefill, "decode": shape.decode}
     for role, side in sides.items():
         for index in range(side.workers):
             worker, pool, pool_worker = side.global_worker(index)
+            served = [r for r in reads if r.status == "completed"]
             if role == "prefill":
-                mine = [r for r in reads if r.prefill_worker == index and r.status == "completed"]
-                ends = sorted({r.held_us for r in mine if r.held_us is not None})
-                duration = timing.prefill_us
-                held = Counter(r.held_us for r in mine)
-                peak_running = max(held.values(), default=0)
-                arrivals = [r.request["arrival_us"] for r in mine]
-                admits = [r.prefill_admit_us or 0 for r in mine]
-                peak_waiting = 0
-                ordered = sorted(arrivals)
-                admitted = sorted(admits)
-                for k, now in enumerate(ordered):
-                    peak_waiting = max(peak_waiting, k + 1 - bisect.bisect_left(admitted, now))
-                counters = {
-                    "routed": len(mine),
-                    "completed": 0,
-                    "handed_off": len(mine),
-                    "activated": 0,
-                    "prefill_tokens": sum(
-                        r.request["prompt_tokens"] - r.reused_prompt_tokens for r in mine
-                    ),
-                    "decode_tokens": 0,
-                    "output_tokens": 0,
-                }
+                mine = [r for r in served if r.prefill_worker == index]
             else:
-                mine = [r for r in reads if r.decode_worker == index and r.status == "completed"]
-                ends = sorted({t for r in mine for t in r.tokens})
-                duration = timing.decode_us
-                at_end = Counter(t for r in mine for t in r.tokens)
-                peak_running = max(at_end.values(), default=0)
-                waits = []
-                recompute = 0
-                recompute_firsts = 0
-                for r in mine:
-                    for pool_name, at, reused in r.readmissions:
-                        if pool_name != "decode":
-                            continue
-                        before = [t for t in r.tokens if t <= at]
-                        waits.append((before[-1] if before else r.activated_us or at, at))
-                        recompute += r.request["prompt_tokens"] + 1 + len(before) - reused
-                        recompute_firsts += 1
-                peak_waiting = _peak(waits)
-                outputs = sum(len(r.tokens) for r in mine)
-                counters = {
-                    "routed": len(mine),
-                    "completed": len(mine),
-                    "handed_off": 0,
-                    "activated": len(mine),
-                    "prefill_tokens": recompute,
-                    "decode_tokens": outputs - recompute_firsts,
-                    "output_tokens": outputs,
-                }
-            for earlier, later in itertools.pairwise(ends):
-                if later - earlier < duration:
-                    raise DynamoResult(
-                        f"worker {worker}: passes ending at {earlier} and {later} us overlap "
-                        f"under the fixed model ({duration} us a pass)"
-                    )
-            busy = duration * len(ends)
-            base = {
-                **counters,
-                "steps": len(ends),
-                "busy_us": busy,
-                "utilization": ratio(busy, makespan),
-                "peak_running": peak_running,
-                "peak_waiting": peak_waiting,
-                "kv_cache": None,  # R52: Dynamo records no blocks in use
-            }
+                mine = [r for r in served if r.decode_worker == index]
+            ranks = []
+            for rank in range(side.dp_size):
+                ours = [
+                    r
+                    for r in mine
+                    if (r.prefill_rank if role == "prefill" else r.decode_rank) == rank
+                ]
+                counters, ends, duration = _counters(role, ours, shape.timing)
+                ranks.append(
+                    {"rank": rank, **_timed(counters, ends, duration, makespan, f"worker {worker}")}
+                )
+            counters, ends, duration = _counters(role, mine, shape.timing)
             entries.append(
                 {
                     "worker": worker,
                     "pool": pool,
                     "pool_worker": pool_worker,
                     "style": style(side.scheduler),
-                    **base,
-                    "ranks": [{"rank": 0, **base}],
+                    **_timed(counters, ends, duration, makespan, f"worker {worker}"),
+                    "ranks": ranks,
                 }
             )
     entries.sort(key=lambda entry: entry["worker"])
@@ -851,7 +899,7 @@ def _with_disagg(
                 "handed_off": sum(w["handed_off"] for w in mine),
                 "activated": sum(w["activated"] for w in mine),
                 "workers": pool["workers"],
-                "dp_size": 1,
+                "dp_size": (shape.prefill if roles[name] == "prefill" else shape.decode).dp_size,
                 "routed": sum(w["routed"] for w in mine),
                 "completed": completed,
                 "prompt_tokens": sum(e["prompt_tokens"] for e in done),
@@ -872,7 +920,7 @@ def _with_disagg(
     ]
     handoffs = []
     for entry, r in zip(report["requests"], reads, strict=True):
-        entry["rank"] = 0
+        entry["rank"] = r.prefill_rank
         if r.status != "completed":
             entry["pool"] = shape.prefill.global_worker(r.prefill_worker or 0)[1]
             entry["handoff"] = None
@@ -886,7 +934,7 @@ def _with_disagg(
             "prefill_end_us": r.held_us,
             "decode_worker": decode_worker,
             "decode_pool": decode_pool,
-            "decode_rank": 0,
+            "decode_rank": r.decode_rank,
             "reserved_us": r.reserved_us,
             "transfer_start_us": r.reserved_us,
             "transfer_end_us": r.transfer_end_us,

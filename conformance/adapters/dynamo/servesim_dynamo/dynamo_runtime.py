@@ -116,6 +116,7 @@ def run_disagg(
     *,
     block_size: int,
     concurrency: int | None = None,
+    dp_sizes: tuple[int, int] = (1, 1),
 ) -> list[dict[str, Any]]:
     """Dynamo's documented disaggregated replay of a Mooncake trace (``run_trace_replay`` with
     ``prefill_engine_args`` and ``decode_engine_args``, round robin on both sides): the
@@ -134,8 +135,8 @@ def run_disagg(
         try:
             report = run_trace_replay(
                 [path],
-                prefill_engine_args={"engine": prefill_engine},
-                decode_engine_args={"engine": decode_engine},
+                prefill_engine_args=_with_ranks(prefill_engine, dp_sizes[0]),
+                decode_engine_args=_with_ranks(decode_engine, dp_sizes[1]),
                 num_prefill_workers=prefill_workers,
                 num_decode_workers=decode_workers,
                 router_mode="round_robin",
@@ -148,3 +149,8 @@ def run_disagg(
     value = report.to_dict() if hasattr(report, "to_dict") else report
     records: list[dict[str, Any]] = list(value["per_request"])
     return records
+
+
+def _with_ranks(engine: dict[str, Any], dp_size: int) -> dict[str, Any]:
+    """One side's engine arguments, with ``dp_size`` attention-DP ranks per worker."""
+    return {"engine": engine} if dp_size == 1 else {"engine": engine, "dp_size": dp_size}
