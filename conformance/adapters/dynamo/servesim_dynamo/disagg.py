@@ -10,9 +10,9 @@ by name, and reads its per-request records back into a report 8.0.
 
 What is stated (everything else is refused, exit 2, naming the feature):
 
-- prefill pools all alike and decode pools all alike (limits, cache, one rank each): one engine
-  per side; the prefill pools' workers in pool order are Dynamo's prefill workers, the decode
-  pools' its decode workers;
+- prefill pools all alike and decode pools all alike (limits, cache, ``dp_size``): one engine
+  per side, with the side's attention-DP ranks; the prefill pools' workers in pool order are
+  Dynamo's prefill workers, the decode pools' its decode workers;
 - one style on both sides, ``vllm`` or ``trtllm`` (Dynamo's backend of that name: its
   disaggregated replay takes one backend for both sides), prefill whole;
 - routing ``round_robin`` (or weighted with equal weights) on the prefill side and round robin
@@ -23,14 +23,14 @@ What is stated (everything else is refused, exit 2, naming the feature):
 - ``kv_transfer`` with ``base_latency_us`` 0 (Dynamo has none) and ``bytes_per_token * 10^6``
   a multiple of ``bandwidth_bytes_per_s`` (every transfer then lasts whole microseconds, which
   Dynamo's float milliseconds can hold; R103's ceiling never rounds); mode ``full_prompt`` is
-  Dynamo's ``full_prompt``; ``destination_missing`` is Dynamo's ``full_prompt`` when the decode
-  cache does not cache prefixes (no decode hit: R103 sends the prompt, Dynamo's own
-  ``destination_missing`` would send it block-rounded) and Dynamo's ``destination_missing``
-  otherwise (block-rounded, DISAGG.md);
+  Dynamo's ``full_prompt``; ``destination_missing`` is Dynamo's ``full_prompt`` when no decode
+  hit is possible (no decode prefix cache, or trtllm: R103 sends the prompt, Dynamo's own
+  ``destination_missing`` would send it block-rounded) and refused otherwise
+  (``kv_transfer.destination_missing``: block-rounded, and not recorded; DISAGG.md);
 - sessions (R59) and the closed loop (R61) through Dynamo's multi-turn replay (``session_id``,
   ``delay``, ``replay_concurrency``), as sessions.py does for aggregated fleets; no stop time.
 
-What is read back: every request's prefill and decode worker, prefill admission (its
+What is read back: every request's prefill and decode worker and rank, prefill admission (its
 ``first_scheduled_us``), prefill end (``source_held_ms``), reservation, activation, decode
 admissions and first/last token; its token times are the decode worker's pass ends from its
 first token to its last (every decode pass lasts the fixed model's decode part, and a running
