@@ -204,3 +204,33 @@ def test_engine_arguments_of_both_sides() -> None:
 
 def test_the_adapter_declares_scenario_1_6() -> None:
     assert "1.6" in cli.description()["schema_versions"]["scenario"]
+
+
+def test_records_are_matched_by_dynamos_scheduler_round_robin() -> None:
+    """DISAGG.md disagg-rank-round-robin: Dynamo's disaggregated router goes round its
+    schedulers worker-major, (0,0) (0,1) (1,0) (1,1) on 2 workers of 2 ranks; the records of
+    four requests alike but in their prompts are matched by that rule."""
+    requests = [
+        {"id": f"r{n}", "arrival_us": 0, "prompt_tokens": 16, "max_output_tokens": 2}
+        for n in range(4)
+    ]
+    records = [
+        {
+            "arrival_time_ms": 0.0,
+            "input_length": 16,
+            "requested_output_length": 2,
+            "prefill_admit_ms": 0.0,
+            "source_held_ms": 0.3,
+            "first_token_ms": 0.5 + 0.2 * scheduler,
+            "last_token_ms": 0.7 + 0.2 * scheduler,
+            "decode_worker_idx": 0,
+            "routing_history": [
+                {"pool": "prefill", "logical_worker_id": scheduler // 2, "dp_rank": scheduler % 2}
+            ],
+        }
+        for scheduler in (3, 1, 2, 0)
+    ]
+    ordered = disagg.match(records, requests, prefill_workers=2, dp_size=2)
+    assert [r["routing_history"][0]["logical_worker_id"] for r in ordered] == [0, 0, 1, 1]
+    # alike requests on one worker: FCFS, the earlier in the workload the earlier tokens
+    assert [r["first_token_ms"] for r in ordered] == [0.5, 0.7, 0.9, 1.1]

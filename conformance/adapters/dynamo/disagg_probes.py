@@ -41,14 +41,23 @@ def engine(worker_type: str, blocks: int, prefix: bool, mode: str) -> dict[str, 
     return args
 
 
-def run(rows: list[dict[str, Any]], *, prefix: bool = False, mode: str = "full_prompt") -> None:
+def run(
+    rows: list[dict[str, Any]],
+    *,
+    prefix: bool = False,
+    mode: str = "full_prompt",
+    prefill: tuple[int, int] = (1, 1),
+    decode: tuple[int, int] = (1, 1),
+) -> None:
+    """Print Dynamo's records; ``prefill`` and ``decode`` are (workers, ranks per worker)."""
     records = dynamo_runtime.run_disagg(
         rows,
         engine("prefill", 64, prefix, mode),
         engine("decode", 64, prefix, mode),
-        1,
-        1,
+        prefill[0],
+        decode[0],
         block_size=16,
+        dp_sizes=(prefill[1], decode[1]),
     )
     names = (
         "source_held_ms",
@@ -59,7 +68,12 @@ def run(rows: list[dict[str, Any]], *, prefix: bool = False, mode: str = "full_p
     )
     for record in sorted(records, key=lambda r: (r["arrival_time_ms"], r["input_length"])):
         stamps = " ".join(f"{name[:-3]}={round(record[name], 6)}" for name in names)
-        print(f"  P={record['input_length']} m={record['output_length']}: {stamps}")
+        sides = {h["pool"]: h for h in record["routing_history"]}
+        where = ", ".join(
+            f"{pool} worker {sides[pool]['logical_worker_id']} rank {sides[pool]['dp_rank']}"
+            for pool in ("prefill", "decode")
+        )
+        print(f"  P={record['input_length']} m={record['output_length']}: {where}: {stamps}")
 
 
 def main() -> int:
@@ -83,6 +97,43 @@ def main() -> int:
     print(
         "  R102: B, C and D all reserved at 0.6 (join, a), transfers end 0.616, 0.616, 0.648, "
         "all activated at the pass end 0.764; Dynamo reserves B at 0.764, C and D at 0.964"
+    )
+    print()
+    print("decode-rank-order: 4 requests held at once, 2 decode workers of 2 ranks each")
+    run(
+        [
+            {
+                "timestamp": 0,
+                "input_length": 16 * (n + 1),
+                "output_length": 2,
+                "hash_ids": [100 * n + b for b in range(n + 1)],
+            }
+            for n in range(4)
+        ],
+        decode=(2, 2),
+    )
+    print(
+        "  R99 + R80: the k-th routed goes to decode worker k mod 2, then that worker's next "
+        "rank: (0,0) (1,0) (0,1) (1,1) in routing order (P = 16, 32, 48, 64); Dynamo goes "
+        "round its schedulers worker-major: (0,0) (0,1) (1,0) (1,1)"
+    )
+    print()
+    print("prefill-rank-order: the same 4 requests on 2 prefill workers of 2 ranks each")
+    run(
+        [
+            {
+                "timestamp": 0,
+                "input_length": 16 * (n + 1),
+                "output_length": 2,
+                "hash_ids": [100 * n + b for b in range(n + 1)],
+            }
+            for n in range(4)
+        ],
+        prefill=(2, 2),
+    )
+    print(
+        "  R99 + R80 on the prefill side: (0,0) (1,0) (0,1) (1,1) in arrival order; Dynamo "
+        "(0,0) (0,1) (1,0) (1,1)"
     )
     return 0
 

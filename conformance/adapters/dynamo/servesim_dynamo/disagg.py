@@ -348,16 +348,25 @@ def released(
 
 
 def match(
-    records: list[dict[str, Any]], requests: list[dict[str, Any]], prefill_workers: int
+    records: list[dict[str, Any]],
+    requests: list[dict[str, Any]],
+    prefill_workers: int,
+    dp_size: int = 1,
 ) -> list[dict[str, Any]]:
     """The records in workload order. Records carry random ids, so each is matched by its
     arrival, prompt and output length and its prefill worker by Dynamo's round-robin rule (the
-    k-th arrival, ties in trace order, to prefill worker k mod N; every request takes a turn);
+    k-th arrival, ties in trace order, to prefill scheduler k mod (N * d) in worker-major
+    order; every request takes a turn);
     requests alike in all of these are told apart by FCFS (the earlier in the workload
     admitted, held, given its first and last token no later) and by decode-side round-robin
     turns: a convention, since nothing in a record names its request (DISAGG.md)."""
     first = min(request["arrival_us"] for request in requests)
-    turn = {position: k % prefill_workers for k, position in enumerate(arrival_order(requests))}
+    # Dynamo's disaggregated router goes round its schedulers (worker, rank) in worker-major
+    # order: the k-th arrival to scheduler k mod (N * d), worker (k mod (N * d)) div d
+    schedulers = prefill_workers * dp_size
+    turn = {
+        position: k % schedulers // dp_size for k, position in enumerate(arrival_order(requests))
+    }
     groups: dict[tuple[int, int, int, int], list[dict[str, Any]]] = {}
     for record in records:
         key = (
@@ -752,7 +761,7 @@ def build(
     if any(record.get("turn_index") is not None for record in records):
         ordered, requests = released(shape, records, requests)
     else:
-        ordered = match(records, requests, shape.prefill.workers)
+        ordered = match(records, requests, shape.prefill.workers, shape.prefill.dp_size)
     reads = [
         read(shape, record, request, first)
         for record, request in zip(ordered, requests, strict=True)
