@@ -426,14 +426,15 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     )
 
 
-def test_describe_reads_scenario_1_5_writes_report_8_0_not_scenario_1_1_or_1_2() -> None:
-    """R38, R64, R96, R108: reading workload 1.2 and scenario 1.3 to 1.5 it writes report 8.0;
-    scenario 1.1 only adds kv_cache, which the adapter cannot state, and 1.2 only the
-    state-aware policies, which it refuses."""
+def test_describe_reads_scenario_1_6_writes_report_8_0_not_scenario_1_1_or_1_2() -> None:
+    """R38, R64, R96, R108: reading workload 1.2 and scenario 1.3 to 1.6 it writes report 8.0;
+    scenario 1.1 only adds kv_cache, which the adapter cannot state in an aggregated fleet, and
+    1.2 only the state-aware policies, which it refuses; 1.6's disaggregated fleets run through
+    Dynamo's disaggregated replay (disagg.py, tests/test_dynamo_adapter_disagg.py)."""
     versions = cli.description()["schema_versions"]
     assert versions["report"] == ["8.0"]
     assert versions["workload"] == ["1.0", "1.1", "1.2"]
-    assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5"]
+    assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5", "1.6"]
     assert version_problems(versions) == []
 
 

@@ -21,7 +21,7 @@ from servesim.contract.canonical import canonical_bytes, write_atomically
 from servesim.contract.documents import Document, read_document
 from servesim.contract.errors import InvalidInput
 from servesim.contract.migrations import CHAIN
-from servesim_dynamo import NAME, dynamo_runtime
+from servesim_dynamo import NAME, disagg, dynamo_runtime
 from servesim_dynamo.kv import check_kv_cache
 from servesim_dynamo.mapping import (
     FixedTiming,
@@ -77,17 +77,20 @@ def description() -> dict[str, Any]:
     the same name (mapping.engine_args), sglang's chunked prefill its ``chunked_prefill_size``
     (R90: a budget of the whole pass; ``prefill.chunked``, R18's per-request cap, is still not
     declared, and R69 does not tag sglang cases with it); sglang on workers of several ranks
-    is refused by name. The report is 8.0, the current one (R38: a reader of scenario 1.5 writes
-    7.0 or later; R108's migration adds an aggregated fleet's values), its
-    cache members those of a replay without a cache, ``cached_blocks_at_routing`` null
-    (round robin).
+    is refused by name. Scenario 1.6 is (R108: no feature tag names disaggregation): a
+    disaggregated fleet runs through Dynamo's disaggregated replay (disagg.py), vllm on both
+    sides, round robin on both sides, one fixed-form grid, no base latency and whole-microsecond
+    transfers; anything else is refused by name. The report is 8.0, the current one (R38: a
+    reader of scenario 1.5 writes 7.0 or later; R108's migration adds an aggregated fleet's
+    values), its cache members those of a replay without a cache (null for a disaggregated
+    one: Dynamo records no blocks in use), ``cached_blocks_at_routing`` null (round robin).
     """
     return {
         "name": NAME,
         "version": f"ai-dynamo {dynamo_runtime.version()}",
         "protocol_version": 5,
         "schema_versions": {
-            "scenario": ["1.0", "1.3", "1.4", "1.5"],
+            "scenario": ["1.0", "1.3", "1.4", "1.5", "1.6"],
             "workload": ["1.0", "1.1", "1.2"],
             "timing_profile": ["1.0", "1.1"],
             "report": ["8.0"],
@@ -124,6 +127,20 @@ def replay(scenario_path: str, workload_path: str, profile_path: str) -> bytes:
 
 def replay_documents(scenario: Document, workload: Document, profile: Document) -> bytes:
     """The report bytes for three documents read and checked (R1 to R5)."""
+    if disagg.is_disaggregated(scenario.value):
+        # R97-R108: Dynamo's disaggregated replay (disagg.py)
+        shape = disagg.check_disagg(scenario.value, profile.value)
+        records = disagg.run(shape, workload.value)
+        value = disagg.build(
+            shape,
+            scenario.value,
+            {"scenario": scenario.data, "workload": workload.data, "timing_profile": profile.data},
+            profile.value.get("calibration"),
+            workload.value["requests"],
+            records,
+        )
+        disaggregated: bytes = canonical_bytes(value)
+        return disaggregated + b"\n"
     check_scenario(scenario.value)
     check_kv_cache(scenario.value)
     fleet = fleet_shape(scenario.value)

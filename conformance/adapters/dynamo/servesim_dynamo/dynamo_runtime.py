@@ -105,3 +105,52 @@ def run_trace(
     value = report.to_dict() if hasattr(report, "to_dict") else report
     records: list[dict[str, Any]] = list(value["per_request"])
     return records
+
+
+def run_disagg(
+    rows: list[dict[str, Any]],
+    prefill_engine: dict[str, Any],
+    decode_engine: dict[str, Any],
+    prefill_workers: int,
+    decode_workers: int,
+    *,
+    block_size: int,
+    concurrency: int | None = None,
+    dp_sizes: tuple[int, int] = (1, 1),
+) -> list[dict[str, Any]]:
+    """Dynamo's documented disaggregated replay of a Mooncake trace (``run_trace_replay`` with
+    ``prefill_engine_args`` and ``decode_engine_args``, round robin on both sides): the
+    per-request records, in no particular order."""
+    import tempfile
+
+    os.environ.setdefault("DYN_LOG", "error")
+    try:
+        from dynamo.replay import run_trace_replay
+    except ImportError as error:
+        raise DynamoResult(f"ai-dynamo is not installed ({error})") from None
+    with tempfile.TemporaryDirectory(prefix="servesim-dynamo-") as folder:
+        path = os.path.join(folder, "trace.jsonl")
+        with open(path, "w", encoding="utf-8") as trace:
+            trace.writelines(json.dumps(row) + "\n" for row in rows)
+        try:
+            report = run_trace_replay(
+                [path],
+                prefill_engine_args=_with_ranks(prefill_engine, dp_sizes[0]),
+                decode_engine_args=_with_ranks(decode_engine, dp_sizes[1]),
+                num_prefill_workers=prefill_workers,
+                num_decode_workers=decode_workers,
+                router_mode="round_robin",
+                trace_block_size=block_size,
+                capture_per_request=True,
+                replay_concurrency=concurrency,
+            )
+        except Exception as error:  # Dynamo raises bare Exception for a bad trace too
+            raise DynamoResult(f"Dynamo's disaggregated replay failed: {error}") from None
+    value = report.to_dict() if hasattr(report, "to_dict") else report
+    records: list[dict[str, Any]] = list(value["per_request"])
+    return records
+
+
+def _with_ranks(engine: dict[str, Any], dp_size: int) -> dict[str, Any]:
+    """One side's engine arguments, with ``dp_size`` attention-DP ranks per worker."""
+    return {"engine": engine} if dp_size == 1 else {"engine": engine, "dp_size": dp_size}
