@@ -31,14 +31,15 @@ from tests.helpers import REPO
 def schemas(tmp_path: Path) -> Path:
     """A scratch copy of ``schemas/`` as it was before the real scenario 1.4 (pools, SPEC.md
     section 15): the fixtures' 1.4 is another history after 1.3, so the working schema is
-    1.3's and the real 1.4 and 1.5 releases are left out."""
+    1.3's and the real 1.4, 1.5 and 1.6 releases are left out."""
     folder = tmp_path / "repo" / "schemas"
     shutil.copytree(REPO / "schemas", folder)
-    shutil.rmtree(folder / "released" / "1.4")
-    shutil.rmtree(folder / "released" / "1.5")
+    later = ("1.4", "1.5", "1.6")  # the real scenario releases after 1.3
+    for version in later:
+        shutil.rmtree(folder / "released" / version)
     sums = folder / "released" / "SHA256SUMS"
     lines = sums.read_text("utf-8").splitlines(keepends=True)
-    kept = [line for line in lines if "  1.4/" not in line and "  1.5/" not in line]
+    kept = [line for line in lines if not any(f"  {v}/" in line for v in later)]
     sums.write_text("".join(kept), "utf-8")
     shutil.copy(folder / "released" / "1.3" / "scenario.schema.json", folder / "v1")
     return folder
