@@ -62,6 +62,10 @@ GENERATED = {
     "conformance/adapters/dynamo/RANKS.md",
     "conformance/adapters/dynamo/STYLES.md",
     "conformance/adapters/dynamo/MOONCAKE-STYLES.md",
+    "conformance/adapters/dynamo/DISAGG-CASES.md",
+    "conformance/adapters/dynamo/MOONCAKE-DISAGG.md",
+    "conformance/adapters/dynamo/MOONCAKE-DISAGG-4P4D.md",
+    "conformance/adapters/dynamo/MOONCAKE-DISAGG-8P4Dx2.md",
     "docs/matrix/index.html",
     *(f"docs/matrix/{path.name}" for path in MATRIX_REPORTS),
 }
