@@ -195,6 +195,8 @@ def build_page(
         "",
         *styles_paragraph(run),
         "",
+        *disagg_paragraph(run),
+        "",
         "## Differences found",
         "",
         "Kinds: *different* (Dynamo does it another way by design), *wrong* (Dynamo looks wrong, "
@@ -265,6 +267,30 @@ def pools_paragraph(run: dict[str, Any]) -> list[str]:
         "Dynamo cannot run (synthetic-timing, pools-one-engine), so their fixed-form twins, "
         "hand-derived, are compared in RANKS.md (`ranks_cases.py`, run by `tox -e dynamo` "
         "after this page): Dynamo's reports and the reference's, byte for byte.",
+    ]
+
+
+def disagg_paragraph(run: dict[str, Any]) -> list[str]:
+    """What the run says of the corpus's disaggregated cases (scenario 1.6 with pool roles,
+    R97-R108), and where their fixed-form twins are compared (DISAGG-CASES.md)."""
+    outcomes: dict[str, Counter[str]] = {}
+    for case in run["cases"]:
+        kind, _, name = case["id"].partition("/")
+        if name.startswith("disagg-"):
+            outcomes.setdefault(kind, Counter())[case["outcome"]] += 1
+    parts = [
+        f"{kind}: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes[kind].items()))
+        for kind in sorted(outcomes)
+    ]
+    return [
+        "**Disaggregated prefill and decode (scenario 1.6).** Corpus cases `disagg-*`, "
+        + ("; ".join(parts) or "none")
+        + ". The valid ones are timed by synthetic_linear profiles, which Dynamo cannot run "
+        "(synthetic-timing); the invalid ones are rejected by the adapter's document reader "
+        "before Dynamo runs. Their fixed-form twins run through Dynamo's disaggregated replay "
+        "and are compared member by member in DISAGG-CASES.md (`disagg_cases.py`, run by "
+        "`tox -e dynamo` after this page); every difference, with its minimal case, is in "
+        "DISAGG.md, and the Mooncake trace split 8P+8D in MOONCAKE-DISAGG.md.",
     ]
 
 
