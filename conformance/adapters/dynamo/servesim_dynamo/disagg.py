@@ -51,7 +51,7 @@ from typing import Any
 
 from servesim.contract.migrations import CHAIN
 from servesim.engine.admission import REJECT_REASONS
-from servesim.report.writer import digest, ratio, statistics, statistics_of_counts
+from servesim.report.writer import digest, ratio, statistics
 from servesim_dynamo.mapping import (
     FixedTiming,
     Unsupported,
@@ -61,7 +61,7 @@ from servesim_dynamo.mapping import (
     style,
     to_ms,
 )
-from servesim_dynamo.report import as_report_5
+from servesim_dynamo.report import as_report_5, report_4_summary
 from servesim_dynamo.sessions import LONE
 from servesim_dynamo.timeline import DynamoResult, microseconds
 
@@ -815,25 +815,9 @@ def build(
         gaps.update(later - earlier for earlier, later in itertools.pairwise(times))
     total = shape.prefill.workers + shape.decode.workers
     workers = _workers(shape, reads, makespan, total)
-    output_tokens = sum(entry["output_tokens"] for entry in completed_entries)
-    summary = {
-        "requests": len(entries),
-        "completed": len(completed_entries),
-        "rejected": len(entries) - len(completed_entries),
-        "rejected_by_reason": by_reason,
-        "prompt_tokens": sum(entry["prompt_tokens"] for entry in completed_entries),
-        "output_tokens": output_tokens,
-        "steps": sum(worker["steps"] for worker in workers),
-        "first_arrival_us": first,
-        "makespan_us": makespan,
-        "request_throughput_per_s": ratio(len(completed_entries) * 1_000_000, makespan),
-        "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan),
-        "queue_us": statistics(entry["queue_us"] for entry in completed_entries),
-        "ttft_us": statistics(entry["ttft_us"] for entry in completed_entries),
-        "itl_us": statistics_of_counts(gaps),
-        "e2e_us": statistics(entry["e2e_us"] for entry in completed_entries),
-        "kv_cache": None,
-    }
+    summary = report_4_summary(
+        entries, completed_entries, by_reason, workers, first, makespan, gaps
+    )
     digests: dict[str, dict[str, Any]] = {
         name: {"sha256": digest(data)} for name, data in inputs.items()
     }

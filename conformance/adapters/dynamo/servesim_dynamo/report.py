@@ -201,6 +201,39 @@ def _worker_entry(
     }
 
 
+def report_4_summary(
+    entries: list[dict[str, Any]],
+    completed: list[dict[str, Any]],
+    by_reason: dict[str, int],
+    workers: list[dict[str, Any]],
+    first_arrival: int,
+    makespan: int,
+    gaps: Counter[int],
+) -> dict[str, Any]:
+    """R28's summary of a report 4.0 (the form the adapter builds, then migrates): the counts,
+    throughputs and statistics of the completed requests' entries, the workers' steps summed,
+    ``gaps`` the ITL gaps counted; no cache counters (Dynamo records none)."""
+    output_tokens = sum(entry["output_tokens"] for entry in completed)
+    return {
+        "requests": len(entries),
+        "completed": len(completed),
+        "rejected": len(entries) - len(completed),
+        "rejected_by_reason": by_reason,
+        "prompt_tokens": sum(entry["prompt_tokens"] for entry in completed),
+        "output_tokens": output_tokens,
+        "steps": sum(worker["steps"] for worker in workers),
+        "first_arrival_us": first_arrival,
+        "makespan_us": makespan,
+        "request_throughput_per_s": ratio(len(completed) * 1_000_000, makespan),
+        "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan),
+        "queue_us": statistics(entry["queue_us"] for entry in completed),
+        "ttft_us": statistics(entry["ttft_us"] for entry in completed),
+        "itl_us": statistics_of_counts(gaps),
+        "e2e_us": statistics(entry["e2e_us"] for entry in completed),
+        "kv_cache": None,
+    }
+
+
 def build_report(
     inputs: dict[str, bytes],
     calibration: dict[str, Any] | None,
@@ -258,25 +291,9 @@ def build_report(
             prompts[t.id] for t in worker_timelines if t.status == "completed"
         )
         workers.append(worker)
-    output_tokens = sum(entry["output_tokens"] for entry in completed)
-    summary = {
-        "requests": len(entries),
-        "completed": len(completed),
-        "rejected": len(entries) - len(completed),
-        "rejected_by_reason": by_reason,
-        "prompt_tokens": sum(entry["prompt_tokens"] for entry in completed),
-        "output_tokens": output_tokens,
-        "steps": sum(worker["steps"] for worker in workers),
-        "first_arrival_us": first_arrival,
-        "makespan_us": makespan,
-        "request_throughput_per_s": ratio(len(completed) * 1_000_000, makespan),
-        "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan),
-        "queue_us": statistics(entry["queue_us"] for entry in completed),
-        "ttft_us": statistics(entry["ttft_us"] for entry in completed),
-        "itl_us": statistics_of_counts(gaps),
-        "e2e_us": statistics(entry["e2e_us"] for entry in completed),
-        "kv_cache": None,
-    }
+    summary = report_4_summary(
+        entries, completed, by_reason, workers, first_arrival, makespan, gaps
+    )
     digests: dict[str, dict[str, Any]] = {
         name: {"sha256": digest(data)} for name, data in inputs.items()
     }
