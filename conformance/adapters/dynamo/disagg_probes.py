@@ -48,11 +48,12 @@ def run(
     mode: str = "full_prompt",
     prefill: tuple[int, int] = (1, 1),
     decode: tuple[int, int] = (1, 1),
+    prefill_blocks: int = 64,
 ) -> None:
     """Print Dynamo's records; ``prefill`` and ``decode`` are (workers, ranks per worker)."""
     records = dynamo_runtime.run_disagg(
         rows,
-        engine("prefill", 64, prefix, mode),
+        engine("prefill", prefill_blocks, prefix, mode),
         engine("decode", 64, prefix, mode),
         prefill[0],
         decode[0],
@@ -67,6 +68,13 @@ def run(
         "last_token_ms",
     )
     for record in sorted(records, key=lambda r: (r["arrival_time_ms"], r["input_length"])):
+        if record["source_held_ms"] is None:
+            print(
+                f"  P={record['input_length']} m={record['requested_output_length']}: never "
+                "prefilled, "
+                f"terminal_status {record['terminal_status']}"
+            )
+            continue
         stamps = " ".join(f"{name[:-3]}={round(record[name], 6)}" for name in names)
         sides = {h["pool"]: h for h in record["routing_history"]}
         where = ", ".join(
@@ -84,6 +92,21 @@ def main() -> int:
         mode="destination_missing",
     )
     print("  R103: 100 tokens, 100 us: activated at 0.4 (Dynamo sends 7 blocks = 112 tokens)")
+    print()
+    print("prefill-hidden-token-takes-no-block: a prefill cache of 2 blocks (32 tokens), P=31..33")
+    run(
+        [
+            {"timestamp": 0, "input_length": 31, "output_length": 1, "hash_ids": [1, 2]},
+            {"timestamp": 0, "input_length": 32, "output_length": 1, "hash_ids": [11, 12]},
+            {"timestamp": 0, "input_length": 33, "output_length": 1, "hash_ids": [21, 22, 23]},
+        ],
+        prefill_blocks=2,
+    )
+    print(
+        "  R100 + R10: P=31 accepted (31 + 1 <= 32), P=32 and P=33 rejected exceeds_kv_cache at 0 "
+        "(the prompt and the hidden token over 32); Dynamo serves P=32 after P=31's source "
+        "release and rejects P=33 only (3 prompt blocks over 2)"
+    )
     print()
     print("reservation-one-per-pass-end: A (64, 5) busy on the decode worker; B, C, D held at 0.6")
     run(
