@@ -79,32 +79,14 @@ def run_trace(
     closed loop (``replay_concurrency``), each worker with ``dp_size`` attention-DP ranks (one
     scheduler and cache per rank, one pass barrier per worker): the per-request records, in no
     particular order."""
-    import tempfile
-
-    os.environ.setdefault("DYN_LOG", "error")
-    try:
-        from dynamo.replay import run_trace_replay
-    except ImportError as error:
-        raise DynamoResult(f"ai-dynamo is not installed ({error})") from None
-    with tempfile.TemporaryDirectory(prefix="servesim-dynamo-") as folder:
-        path = os.path.join(folder, "trace.jsonl")
-        with open(path, "w", encoding="utf-8") as trace:
-            trace.writelines(json.dumps(row) + "\n" for row in rows)
-        try:
-            report = run_trace_replay(
-                [path],
-                extra_engine_args={"engine": engine, "dp_size": dp_size},
-                num_workers=workers,
-                router_mode="round_robin",
-                trace_block_size=block_size,
-                capture_per_request=True,
-                replay_concurrency=concurrency,
-            )
-        except Exception as error:  # Dynamo raises bare Exception for a bad trace too
-            raise DynamoResult(f"Dynamo's replay failed: {error}") from None
-    value = report.to_dict() if hasattr(report, "to_dict") else report
-    records: list[dict[str, Any]] = list(value["per_request"])
-    return records
+    return _replay_trace(
+        rows,
+        "replay",
+        extra_engine_args={"engine": engine, "dp_size": dp_size},
+        num_workers=workers,
+        trace_block_size=block_size,
+        replay_concurrency=concurrency,
+    )
 
 
 def run_disagg(
@@ -121,6 +103,21 @@ def run_disagg(
     """Dynamo's documented disaggregated replay of a Mooncake trace (``run_trace_replay`` with
     ``prefill_engine_args`` and ``decode_engine_args``, round robin on both sides): the
     per-request records, in no particular order."""
+    return _replay_trace(
+        rows,
+        "disaggregated replay",
+        prefill_engine_args=_with_ranks(prefill_engine, dp_sizes[0]),
+        decode_engine_args=_with_ranks(decode_engine, dp_sizes[1]),
+        num_prefill_workers=prefill_workers,
+        num_decode_workers=decode_workers,
+        trace_block_size=block_size,
+        replay_concurrency=concurrency,
+    )
+
+
+def _replay_trace(rows: list[dict[str, Any]], what: str, **arguments: Any) -> list[dict[str, Any]]:
+    """``run_trace_replay`` of ``rows`` written as a Mooncake trace file, round robin, with
+    ``arguments``: its per-request records; a failure of Dynamo's ``what`` as DynamoResult."""
     import tempfile
 
     os.environ.setdefault("DYN_LOG", "error")
@@ -134,18 +131,10 @@ def run_disagg(
             trace.writelines(json.dumps(row) + "\n" for row in rows)
         try:
             report = run_trace_replay(
-                [path],
-                prefill_engine_args=_with_ranks(prefill_engine, dp_sizes[0]),
-                decode_engine_args=_with_ranks(decode_engine, dp_sizes[1]),
-                num_prefill_workers=prefill_workers,
-                num_decode_workers=decode_workers,
-                router_mode="round_robin",
-                trace_block_size=block_size,
-                capture_per_request=True,
-                replay_concurrency=concurrency,
+                [path], router_mode="round_robin", capture_per_request=True, **arguments
             )
         except Exception as error:  # Dynamo raises bare Exception for a bad trace too
-            raise DynamoResult(f"Dynamo's disaggregated replay failed: {error}") from None
+            raise DynamoResult(f"Dynamo's {what} failed: {error}") from None
     value = report.to_dict() if hasattr(report, "to_dict") else report
     records: list[dict[str, Any]] = list(value["per_request"])
     return records
