@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from servesim.contract.migrations import CHAIN
-from servesim.engine.admission import REJECT_REASONS
 from servesim.report.writer import digest, ratio, statistics
 from servesim_dynamo.mapping import (
     FixedTiming,
@@ -804,20 +803,9 @@ def build(
             entry["mean_itl_us"] = ratio(tokens[-1] - tokens[0], len(tokens) - 1)
         entries.append(entry)
     makespan = max(entry["terminal_us"] for entry in entries) - first
-    completed_entries = [entry for entry in entries if entry["outcome"] == "completed"]
-    by_reason = dict.fromkeys(REJECT_REASONS, 0)
-    for entry in entries:
-        if entry["reject_reason"] is not None:
-            by_reason[entry["reject_reason"]] += 1
-    gaps: Counter[int] = Counter()
-    for entry in completed_entries:
-        times = entry["token_times_us"]
-        gaps.update(later - earlier for earlier, later in itertools.pairwise(times))
     total = shape.prefill.workers + shape.decode.workers
     workers = _workers(shape, reads, makespan, total)
-    summary = report_4_summary(
-        entries, completed_entries, by_reason, workers, first, makespan, gaps
-    )
+    summary = report_4_summary(entries, workers, first, makespan)
     digests: dict[str, dict[str, Any]] = {
         name: {"sha256": digest(data)} for name, data in inputs.items()
     }

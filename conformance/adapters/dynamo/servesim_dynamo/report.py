@@ -203,16 +203,23 @@ def _worker_entry(
 
 def report_4_summary(
     entries: list[dict[str, Any]],
-    completed: list[dict[str, Any]],
-    by_reason: dict[str, int],
     workers: list[dict[str, Any]],
     first_arrival: int,
     makespan: int,
-    gaps: Counter[int],
 ) -> dict[str, Any]:
-    """R28's summary of a report 4.0 (the form the adapter builds, then migrates): the counts,
-    throughputs and statistics of the completed requests' entries, the workers' steps summed,
-    ``gaps`` the ITL gaps counted; no cache counters (Dynamo records none)."""
+    """R28's summary of a report 4.0 (the form the adapter builds, then migrates) from its
+    request entries: rejections by reason, the counts, throughputs and statistics of the
+    completed requests (their ITL gaps counted), the workers' steps summed; no cache counters
+    (Dynamo records none)."""
+    completed = [entry for entry in entries if entry["outcome"] == "completed"]
+    by_reason = dict.fromkeys(REJECT_REASONS, 0)
+    for entry in entries:
+        if entry["reject_reason"] is not None:
+            by_reason[entry["reject_reason"]] += 1
+    gaps: Counter[int] = Counter()
+    for entry in completed:
+        times = entry["token_times_us"]
+        gaps.update(later - earlier for earlier, later in itertools.pairwise(times))
     output_tokens = sum(entry["output_tokens"] for entry in completed)
     return {
         "requests": len(entries),
@@ -267,15 +274,6 @@ def build_report(
     entries = [_request_entry(request, timelines[request["id"]]) for request in requests]
     first_arrival = min(request["arrival_us"] for request in requests)
     makespan = max(entry["terminal_us"] for entry in entries) - first_arrival
-    completed = [entry for entry in entries if entry["outcome"] == "completed"]
-    by_reason = dict.fromkeys(REJECT_REASONS, 0)
-    for entry in entries:
-        if entry["reject_reason"] is not None:
-            by_reason[entry["reject_reason"]] += 1
-    gaps: Counter[int] = Counter()
-    for entry in completed:
-        times = entry["token_times_us"]
-        gaps.update(later - earlier for earlier, later in itertools.pairwise(times))
     prompts = {request["id"]: request["prompt_tokens"] for request in requests}
     workers = []
     for index, worker_timelines in enumerate(by_worker):
@@ -291,9 +289,7 @@ def build_report(
             prompts[t.id] for t in worker_timelines if t.status == "completed"
         )
         workers.append(worker)
-    summary = report_4_summary(
-        entries, completed, by_reason, workers, first_arrival, makespan, gaps
-    )
+    summary = report_4_summary(entries, workers, first_arrival, makespan)
     digests: dict[str, dict[str, Any]] = {
         name: {"sha256": digest(data)} for name, data in inputs.items()
     }
