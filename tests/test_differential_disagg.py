@@ -24,6 +24,7 @@ from hypothesis import event, given, settings
 from servesim_conformance.properties import Documents
 from servesim_conformance.strategies import disaggregated_input_triples
 from tests.test_differential_pools import plain_outcome, reference_outcome
+from tests.test_disaggregation import LIMITS, STEP, TRANSFER
 
 EXAMPLES = int(os.environ.get("SERVESIM_DISAGG_EXAMPLES", "25"))
 
@@ -72,3 +73,52 @@ def test_reference_equals_plain_loop_on_disaggregated_fleets_without_the_trace(
 ) -> None:
     """The same without --trace (the reference may skip work it need not report)."""
     assert_agree(documents, trace=False)
+
+
+def test_a_waiting_reservation_is_tried_at_every_pass_end() -> None:
+    """R102 (b): while a decode worker's reservation queue waits (C, for blocks A and B hold),
+    every pass end of that worker tries it, so the reference forms no decode run that would
+    skip pass ends. Found by review: the reference reserved C at 90 us, inside a run, where the
+    plain loop (and the rule) reserve it at the pass end of 115 us."""
+    cache = {"blocks": 64, "block_tokens": 16, "prefix_caching": True}
+    scenario = {
+        "document": "scenario",
+        "schema_version": "1.6",
+        "fleet": {
+            "pools": [
+                {"name": "p", "workers": 2, "role": "prefill", "kv_cache": cache},
+                {"name": "d", "workers": 1, "role": "decode", "kv_cache": {**cache, "blocks": 5}},
+            ]
+        },
+        "routing": {"policy": "round_robin"},
+        "scheduler": {**LIMITS, "prefill": {"mode": "whole"}},
+        "kv_transfer": TRANSFER,
+    }
+    workload = {
+        "document": "workload",
+        "schema_version": "1.1",
+        "prefix_hash_block_tokens": 16,
+        "requests": [
+            {"id": "A", "arrival_us": 0, "prompt_tokens": 20, "max_output_tokens": 60},
+            {
+                "id": "B",
+                "arrival_us": 21,
+                "prompt_tokens": 32,
+                "max_output_tokens": 10,
+                "prefix_hashes": [7, 8],
+            },
+            {
+                "id": "C",
+                "arrival_us": 22,
+                "prompt_tokens": 32,
+                "max_output_tokens": 10,
+                "prefix_hashes": [7, 8],
+            },
+        ],
+    }
+    documents = (scenario, workload, STEP)
+    reference = reference_outcome(documents, trace=True)
+    assert reference == plain_outcome(documents, trace=True)
+    assert reference[1] is not None
+    c = json.loads(reference[1])["requests"][2]
+    assert (c["id"], c["handoff"]["reserved_us"]) == ("C", 115)

@@ -406,7 +406,8 @@ class EventLoop:
         if now_us + duration > MAX_TIME_US:
             raise UnrepresentableTime(worker=index, start_us=now_us, duration_us=duration)
         steps = self.steps
-        plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
+        if not worker.pending:  # R102 (b): a waiting reservation is tried at every pass end
+            plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
         stop_us = self.stop_us
         if stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(stop_us)
