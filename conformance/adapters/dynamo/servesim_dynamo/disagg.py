@@ -60,7 +60,7 @@ from servesim_dynamo.mapping import (
     style,
     to_ms,
 )
-from servesim_dynamo.report import as_report_5, report_4_summary
+from servesim_dynamo.report import as_report_5, report_4_summary, request_entry
 from servesim_dynamo.sessions import LONE
 from servesim_dynamo.timeline import DynamoResult, microseconds
 
@@ -772,35 +772,17 @@ def build(
         # a rejected request is reported on the prefill worker Dynamo placed it on (it
         # rejects after routing; R10 rejects before, RESULTS.md's rejected-takes-a-turn)
         worker = shape.prefill.global_worker(r.prefill_worker or 0)[0]
-        tokens = r.tokens
-        entry: dict[str, Any] = {
-            "id": request["id"],
-            "worker": worker,
-            "outcome": "completed" if completed else "rejected",
-            "reject_reason": None if completed else reject_reason(shape, request),
-            "prompt_tokens": request["prompt_tokens"],
-            "output_tokens": len(tokens),
-            "arrival_us": request["arrival_us"],
-            "terminal_us": tokens[-1] if completed else r.terminal_us,
-            "first_scheduled_us": r.prefill_admit_us if completed else None,
-            "first_token_us": tokens[0] if tokens else None,
-            "completion_us": tokens[-1] if completed else None,
-            "queue_us": None,
-            "ttft_us": None,
-            "mean_itl_us": None,
-            "e2e_us": None,
-            "token_times_us": tokens,
-            "reused_prompt_tokens": r.reused_prompt_tokens if completed else 0,
-            "preemptions": r.preemptions,
-            "cached_blocks_at_routing": None,  # R57: round robin
-        }
-        if completed:
-            arrival = request["arrival_us"]
-            assert r.prefill_admit_us is not None
-            entry["queue_us"] = r.prefill_admit_us - arrival
-            entry["ttft_us"] = tokens[0] - arrival
-            entry["e2e_us"] = tokens[-1] - arrival
-            entry["mean_itl_us"] = ratio(tokens[-1] - tokens[0], len(tokens) - 1)
+        entry = request_entry(
+            request,
+            completed=completed,
+            worker=worker,
+            reject_reason=None if completed else reject_reason(shape, request),
+            terminal_us=r.tokens[-1] if completed else r.terminal_us,
+            first_scheduled_us=r.prefill_admit_us,
+            tokens=r.tokens,
+            reused_prompt_tokens=r.reused_prompt_tokens,
+            preemptions=r.preemptions,
+        )
         entries.append(entry)
     makespan = max(entry["terminal_us"] for entry in entries) - first
     total = shape.prefill.workers + shape.decode.workers

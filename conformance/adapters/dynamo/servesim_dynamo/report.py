@@ -137,33 +137,61 @@ def peak_waiting(timelines: list[Timeline]) -> int:
 
 
 def _request_entry(request: dict[str, Any], timeline: Timeline) -> dict[str, Any]:
-    tokens = timeline.token_times_us
     completed = timeline.status == "completed"
+    return request_entry(
+        request,
+        completed=completed,
+        worker=timeline.worker,
+        reject_reason=None if completed else DYNAMO_REJECT_REASON,
+        terminal_us=timeline.terminal_us,
+        first_scheduled_us=timeline.first_admit_us,
+        tokens=list(timeline.token_times_us),
+        reused_prompt_tokens=timeline.cache.reused_prompt_tokens,
+        preemptions=timeline.cache.preemptions,
+    )
+
+
+def request_entry(
+    request: dict[str, Any],
+    *,
+    completed: bool,
+    worker: int,
+    reject_reason: str | None,
+    terminal_us: int | None,
+    first_scheduled_us: int | None,
+    tokens: list[int],
+    reused_prompt_tokens: int,
+    preemptions: int,
+) -> dict[str, Any]:
+    """A request's entry of a report 4.0 from what Dynamo recorded of it: a rejected one gets
+    its ``reject_reason`` (``None`` for a completed one) and no schedule or reuse; a completed
+    one its latencies (R25, R26)."""
     entry: dict[str, Any] = {
         "id": request["id"],
-        "worker": timeline.worker,
+        "worker": worker,
         "outcome": "completed" if completed else "rejected",
-        "reject_reason": None if completed else DYNAMO_REJECT_REASON,
+        "reject_reason": reject_reason,
         "prompt_tokens": request["prompt_tokens"],
         "output_tokens": len(tokens),
         "arrival_us": request["arrival_us"],
-        "terminal_us": timeline.terminal_us,
-        "first_scheduled_us": timeline.first_admit_us if completed else None,
+        "terminal_us": terminal_us,
+        "first_scheduled_us": first_scheduled_us if completed else None,
         "first_token_us": tokens[0] if tokens else None,
         "completion_us": tokens[-1] if completed else None,
         "queue_us": None,
         "ttft_us": None,
         "mean_itl_us": None,
         "e2e_us": None,
-        "token_times_us": list(tokens),
-        "reused_prompt_tokens": timeline.cache.reused_prompt_tokens if completed else 0,
-        "preemptions": timeline.cache.preemptions,
+        "token_times_us": tokens,
+        "reused_prompt_tokens": reused_prompt_tokens if completed else 0,
+        "preemptions": preemptions,
         # R57: null, for the adapter routes only by round robin (mapping.check_scenario)
         "cached_blocks_at_routing": None,
     }
     if completed:
         arrival = request["arrival_us"]
-        entry["queue_us"] = entry["first_scheduled_us"] - arrival
+        assert first_scheduled_us is not None
+        entry["queue_us"] = first_scheduled_us - arrival
         entry["ttft_us"] = tokens[0] - arrival
         entry["e2e_us"] = tokens[-1] - arrival
         entry["mean_itl_us"] = ratio(tokens[-1] - tokens[0], len(tokens) - 1)
