@@ -2995,7 +2995,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
 
 def meets(r, slo):
     """R63: completed, and each given bound holds inclusively (the mean ITL in integers)."""
-    if r.reason is not None or r.cut:
+    if r.reason is not None or r.cut or r.failed:  # R120: a failed request never meets them
         return False
     ft, ct, n = r.tokens[0], r.tokens[-1], len(r.tokens)
     if "ttft_us" in slo and ft - r.arrival > slo["ttft_us"]:
