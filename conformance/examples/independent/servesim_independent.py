@@ -735,7 +735,7 @@ def check_pools(scn, wl):
     seen = set()
     ok = True
     H = wl.get("prefix_hash_block_tokens") if isinstance(wl, dict) else None
-    members = ("name", "workers", "dp_size", "scheduler", "kv_cache", "weight", "role")
+    members = ("name", "workers", "dp_size", "scheduler", "kv_cache", "weight", "role", "scaling")
     for i, p in enumerate(pools):
         at = "/fleet/pools/%d" % i
         if not isinstance(p, dict):
@@ -2394,6 +2394,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.running = False
                 rk.held.add(r)
                 r.stage = "held"
+                # R107, R121: a new handoff (after a migration) replaces the last one's stages
+                r.drank = r.reserved = r.t_end = r.activation = None
+                r.ttokens = r.tus = r.dreused = None
                 r.prefill_end = now
                 rk.handed_off += 1
                 rk.outstanding -= 1  # R99: a prefill scheduler's outstanding ends here
@@ -2796,6 +2799,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             rk.held = set()
             rk.outstanding = rk.load_blocks = 0
             rk.step = None
+        # w is no candidate from F on (R114): a re-handed request is routed among the others.
+        # Its state is recorded now; steps 2 and 3 do not depend on when (QUESTIONS-fleet.md)
+        set_state(w, "failed", t)  # 4. the state
         hit.sort(key=lambda x: x[0].idx)
         for r, rk, lost, rehand in hit:
             r.lost += lost
@@ -2832,7 +2838,6 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         for rk in w.ranks:  # 3. the cache is lost
             if rk.cache is not None:
                 rk.cache.wipe()
-        set_state(w, "failed", t)  # 4. the state
         w.gen += 1  # a startup end of a starting worker does nothing
         rec = ev.get("recover_after_us")
         if rec is not None and was != "draining" and t + rec <= MAX_T:
