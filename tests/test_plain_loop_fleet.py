@@ -640,3 +640,43 @@ def test_r116_a_failure_of_a_worker_created_earlier_is_valid(tmp_path: Path) -> 
     report = ok(tmp_path, s, workload(("A", 0, 10, 1)))
     assert life(report["workers"][1]) == [("active", 7), ("failed", 8)]
     assert report["summary"]["fleet"]["failures"] == 1
+
+
+def test_r101_r121_a_release_at_a_failure_schedules_the_prefill_worker(tmp_path: Path) -> None:
+    """QUESTIONS-fleet.md, Q7. p: one worker, 4 blocks of 16; d: one worker, max_num_seqs 1;
+    policy "fail". A (0, prompt 16, 10 tokens) and B (0, prompt 48, 2) are prefilled together
+    on p, 0 -> 1064 (P = 64, 4 blocks). At 1064 both are Held: A is reserved on d (a seat) and
+    transfers 100 + 16 us to 1180, where it is activated (p releases its block); B is Pending
+    (d's one seat is A's) and keeps 3 blocks on p. C (1500, prompt 30, 2) cannot get its 2
+    blocks on p (1 free): a step without a token, p stays idle (R101). A decodes on d from
+    1180: tokens at 2180, 3180, 4180; the pass formed at 4180 is cut at 5000, when d fails
+    (R117): A fails ("worker_failure", its 16 + 4 cached tokens lost), B, Pending on d, fails
+    too and p releases its 3 blocks; that release schedules p: C's prefill 5000 -> 6030; C is
+    Held and finds no routable decode scheduler (d failed for good): it fails with
+    "no_routable_worker" at 6030 (R114), the makespan."""
+    s = disagg(failures(dict(fail_at(0, 5000), pool="d"), policy="fail", limit=None))
+    s["fleet"]["pools"][0]["kv_cache"]["blocks"] = 4
+    s["fleet"]["pools"][1]["scheduler"] = dict(copy.deepcopy(SCHEDULER), max_num_seqs=1)
+    w = workload(("A", 0, 16, 10), ("B", 0, 48, 2), ("C", 1500, 30, 2))
+    report = ok(tmp_path, s, w)
+    reqs = by_id(report)
+    assert (reqs["A"]["fail_reason"], reqs["A"]["token_times_us"]) == (
+        "worker_failure",
+        [2180, 3180, 4180],
+    )
+    assert (reqs["A"]["lost_tokens"], reqs["A"]["terminal_us"]) == (20, 5000)
+    assert (reqs["B"]["fail_reason"], reqs["B"]["terminal_us"], reqs["B"]["lost_tokens"]) == (
+        "worker_failure",
+        5000,
+        0,
+    )
+    assert (reqs["C"]["fail_reason"], reqs["C"]["terminal_us"]) == ("no_routable_worker", 6030)
+    assert reqs["C"]["first_scheduled_us"] == 5000
+    assert report["summary"]["makespan_us"] == 6030
+    wp, wd = report["workers"]
+    assert (wd["failed_requests"], wp["failed_requests"]) == (2, 0)
+    assert report["summary"]["failed_by_reason"] == {
+        "worker_failure": 2,
+        "migration_limit": 0,
+        "no_routable_worker": 1,
+    }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 17 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 18 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
@@ -8,22 +8,24 @@ profile, the schema versions it reads, section 11's members with R4's checks of 
 section 12's routing members, section 13's members with R4's checks of them, section 15's
 pools with R77's checks and R84's --timing-profile arguments, section 16's style and sglang
 members with R88's checks, and section 17's role, kv_transfer and routing.decode with R97's
-and R99's checks), so the suite's invalid tier finds that. By default (or with
---report-version 8.0) it reads scenarios 1.0 to 1.6 (1.6: the disaggregated prefill and
+and R99's checks, and section 18's scaling and failures with R110's, R115's and R116's checks),
+so the suite's invalid tier finds that. By default (or with --report-version 9.0) it reads
+scenarios 1.0 to 1.7 (1.7: the fleet that changes of section 18, scaling, failures, migration
+and recovery; 1.6: the disaggregated prefill and
 decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
 the pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time
 and the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0
 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and
 preemption of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and
 regression models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and
-writes report 8.0, the current one (R107, R108). With --report-version 7.0 it writes report
-7.0 and reads scenarios up to 1.5; with 6.0 report 6.0 and scenarios up to 1.4; with 5.0
+writes report 9.0, the current one (R123, R124). With --report-version 8.0 it writes report
+8.0 and reads scenarios up to 1.6; with 7.0 report 7.0 and scenarios up to 1.5; with 6.0 report 6.0 and scenarios up to 1.4; with 5.0
 report 5.0 and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up
 to 1.1; with 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0
 inputs only (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside
 the profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
-QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md and
-QUESTIONS-disagg.md beside it.
+QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md,
+QUESTIONS-disagg.md and QUESTIONS-fleet.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -2469,7 +2471,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         rk = route(r, dside)
         if rk is None:  # R114: no routable decode scheduler; its prefill side releases
             fail(r, now, "no_routable_worker")
-            release_prefill(r)
+            release_prefill(r, now)
             return
         r.drank = rk
         rk.routed += 1
@@ -2566,7 +2568,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.blocks[j].identity = ident
         r.activation = now
         rk.activated += 1
-        release_prefill(r)  # then its prefill scheduler releases its blocks (R46)
+        release_prefill(r, now)  # then its prefill scheduler releases its blocks (R46)
         maybe_schedule(r.prank.worker, now)  # R101: the release schedules the prefill worker
         maybe_schedule(rk.worker, now)  # R16
 
@@ -2705,7 +2707,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         r.stage = None
         terminal(r, t)
 
-    def release_prefill(r):  # R46, R104: its prefill scheduler releases its blocks
+    def release_prefill(r, now):  # R46, R104: its prefill scheduler releases its blocks
         rk = r.prank
         if r not in rk.held:
             return  # released already, or lost with a failed prefill worker (R121)
@@ -2715,6 +2717,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         r.blocks = blocks
         r.pblocks = []
         rk.cache.check()
+        # R101: a release schedules the prefill worker (an activation's, and, without which
+        # the worker could wait for ever, one at a failure: QUESTIONS-fleet.md, Q7)
+        maybe_schedule(rk.worker, now)
 
     def migrate(r, t, w, rk, lost):  # R118: a migration arrival of r at t
         r.migrations.append(
@@ -2831,8 +2836,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 w.failed_requests += 1
                 fail(r, t, "worker_failure" if fpolicy == "fail" else "migration_limit")
                 if rehand:
-                    release_prefill(r)
-                    maybe_schedule(r.prank.worker, t)
+                    release_prefill(r, t)
                 r.blocks = []
                 r.pblocks = []
         for rk in w.ranks:  # 3. the cache is lost
@@ -2845,6 +2849,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         for rk in sorted(changed, key=lambda x: (x.worker.i, x.q)):  # R121's fourth moment
             if rk.worker.state != "failed":
                 try_queue(rk, t)
+                maybe_schedule(rk.worker, t)  # its freed blocks (QUESTIONS-fleet.md, Q7)
 
     def transition(kind, w, g, t):  # R111, R119
         if kind == "up":
