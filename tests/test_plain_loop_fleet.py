@@ -680,3 +680,54 @@ def test_r101_r121_a_release_at_a_failure_schedules_the_prefill_worker(tmp_path:
         "migration_limit": 0,
         "no_routable_worker": 1,
     }
+
+
+def test_r117_r118_a_failure_during_a_chunked_prefill(tmp_path: Path) -> None:
+    """Two workers, chunked prefill (chunks of 16). A (0, prompt 40, 2 tokens) joins w0, B (0,
+    prompt 8, 1) w1 (B completes at 1008). w0: chunks 0 -> 1016, 1016 -> 2032 and, formed at
+    2032 (A's cached tokens 40), 2032 -> 3040, cut at 2500 by w0's failure: A has no output
+    token, loses 40 cached tokens and migrates as a fresh request (k = 0, R118) to w1 (the only
+    candidate): chunks 2500 -> 3516 -> 4532 -> 5540 (its token 1; the 40 positions below its
+    mark are recomputed), decode -> 6540. w0: busy 1016 + 1016 + 468, prefill_tokens 32 (the
+    cut chunk is not counted, R117)."""
+    s = scenario({"workers": 2}, failures=failures(fail_at(0, 2500)))
+    s["scheduler"]["prefill"] = {"mode": "chunked", "max_chunk_tokens": 16}
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2), ("B", 0, 8, 1)))
+    a, b = report["requests"]
+    assert b["token_times_us"] == [1008]
+    assert (a["token_times_us"], a["worker"], a["first_scheduled_us"]) == ([5540, 6540], 1, 0)
+    assert a["migrations"] == [
+        {
+            "at_us": 2500,
+            "worker": 0,
+            "pool": "default",
+            "rank": 0,
+            "output_tokens": 0,
+            "lost_tokens": 40,
+        }
+    ]
+    assert (a["lost_tokens"], a["recomputed_tokens"]) == (40, 40)
+    w0 = report["workers"][0]
+    assert (w0["steps"], w0["busy_us"], w0["prefill_tokens"]) == (3, 2500, 32)
+    cut = [(e["start_us"], e["end_us"], e["cut_us"]) for e in report["trace"] if e["worker"] == 0]
+    assert cut == [(0, 1016, None), (1016, 2032, None), (2032, 3040, 2500)]
+
+
+def test_r120_a_failed_turn_releases_the_next_turn(tmp_path: Path) -> None:
+    """A session of two turns: A (0, prompt 10, 2 tokens) and B (recorded 0, think 100, prompt
+    10, 1); policy "fail". A runs on w0 (prefill -> 1010, decode formed at 1010); w0 fails at
+    1500: A fails, a terminal state (R120), and releases B at max(0, 1500 + 100) = 1600; B is
+    routed among the candidates, w1 alone (round robin: last 0, w1 above it), prefill ->
+    2610."""
+    s = scenario({"workers": 2}, failures=failures(fail_at(0, 1500), policy="fail", limit=None))
+    w = workload(("A", 0, 10, 2), ("B", 0, 10, 1))
+    w["schema_version"] = "1.2"
+    w["sessions"] = [{"id": "s"}]
+    for r in w["requests"]:
+        r["session"] = "s"
+    w["requests"][1]["think_time_us"] = 100
+    report = ok(tmp_path, s, w)
+    a, b = report["requests"]
+    assert (a["outcome"], a["terminal_us"], a["token_times_us"]) == ("failed", 1500, [1010])
+    assert (b["arrival_us"], b["worker"], b["token_times_us"]) == (1600, 1, [2610])
+    assert report["summary"]["makespan_us"] == 2610
