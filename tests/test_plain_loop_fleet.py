@@ -731,3 +731,21 @@ def test_r120_a_failed_turn_releases_the_next_turn(tmp_path: Path) -> None:
     assert (a["outcome"], a["terminal_us"], a["token_times_us"]) == ("failed", 1500, [1010])
     assert (b["arrival_us"], b["worker"], b["token_times_us"]) == (1600, 1, [2610])
     assert report["summary"]["makespan_us"] == 2610
+
+
+def test_r118_a_migrated_request_with_output_recomputes_by_parts(tmp_path: Path) -> None:
+    """Whole-mode prefill, budget 64. A (0, prompt 60, 6 tokens) on w0: prefill -> 1060, decodes
+    -> 2060, 3060, 4060, and the pass formed at 4060 (A's cached tokens 64) is cut at 4500 by
+    w0's failure: k = 4, A migrates to w1 as a request recomputing after a preemption (R50 as
+    R118 amends it). w1 decodes B (0, prompt 4, 20 tokens: 1004, 2004, ...); at 5004 B's decode
+    leaves 63 of the budget and A's L = 64 is allotted min(64, 63) = 63 (a fresh request would
+    wait), pass -> 6067; then its last token, with B's decode: -> 7068, A's token 5; then a
+    decode: 8068, A completes. All 64 positions below its mark 64 are recomputed."""
+    s = scenario({"workers": 2}, failures=failures(fail_at(0, 4500)))
+    s["scheduler"]["max_model_len"] = 128
+    report = ok(tmp_path, s, workload(("A", 0, 60, 6), ("B", 0, 4, 20)))
+    a, b = report["requests"]
+    assert a["token_times_us"] == [1060, 2060, 3060, 4060, 7068, 8068]
+    assert b["token_times_us"][:8] == [1004, 2004, 3004, 4004, 5004, 6067, 7068, 8068]
+    assert (a["lost_tokens"], a["recomputed_tokens"]) == (64, 64)
+    assert a["migrations"][0]["output_tokens"] == 4
