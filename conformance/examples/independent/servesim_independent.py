@@ -19,11 +19,12 @@ to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix c
 preemption of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and
 regression models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and
 writes report 9.0, the current one (R123, R124). With --report-version 8.0 it writes report
-8.0 and reads scenarios up to 1.6; with 7.0 report 7.0 and scenarios up to 1.5; with 6.0 report 6.0 and scenarios up to 1.4; with 5.0
-report 5.0 and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up
-to 1.1; with 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0
-inputs only (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside
-the profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
+8.0 and reads scenarios up to 1.6; with 7.0 report 7.0 and scenarios up to 1.5; with 6.0
+report 6.0 and scenarios up to 1.4; with 5.0 report 5.0 and scenarios up to 1.3; with 4.0
+report 4.0, scenarios up to 1.2 and workloads up to 1.1; with 3.0 report 3.0, scenarios and
+workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only (R2, R38). It speaks
+conformance protocol 5 (exit 3 when a step's shape is outside the profile's coverage, R43;
+timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
 QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md,
 QUESTIONS-disagg.md and QUESTIONS-fleet.md beside it.
 """
@@ -1469,7 +1470,13 @@ def check_fleet(scn):
             if isinstance(p, dict):
                 cache = "kv_cache" in p or "kv_cache" in scn
                 entries.append(
-                    ("/fleet/pools/%d" % i, p.get("name"), p.get("workers"), p.get("scaling"), cache)
+                    (
+                        "/fleet/pools/%d" % i,
+                        p.get("name"),
+                        p.get("workers"),
+                        p.get("scaling"),
+                        cache,
+                    )
                 )
     present = [(at + "/scaling") for at, _, _, sc, _ in entries if sc is not None]
     if "failures" in scn:
@@ -1553,7 +1560,9 @@ def check_fleet(scn):
                         probs.append(("scenario", ap, "a member %s (R115)" % k))
                         ok = False
                 elif not is_int(a[k], lo, hi):
-                    probs.append(("scenario", ap + "/" + k, "an integer %d to %d (R115)" % (lo, hi)))
+                    probs.append(
+                        ("scenario", ap + "/" + k, "an integer %d to %d (R115)" % (lo, hi))
+                    )
                     ok = False
             metrics = ("waiting_per_worker", "outstanding_per_worker", "kv_use")
             if a.get("metric") not in metrics:
@@ -1593,9 +1602,7 @@ def check_fleet(scn):
         if "max_migrations" not in fl:
             probs.append(("scenario", "/failures", 'max_migrations with policy "migrate" (R118)'))
         elif not is_int(fl["max_migrations"], 1, 2**32 - 1):
-            probs.append(
-                ("scenario", "/failures/max_migrations", "an integer 1 to 2^32-1 (R118)")
-            )
+            probs.append(("scenario", "/failures/max_migrations", "an integer 1 to 2^32-1 (R118)"))
     elif "max_migrations" in fl:
         probs.append(
             ("scenario", "/failures/max_migrations", 'no max_migrations with policy "fail" (R118)')
@@ -1608,9 +1615,11 @@ def check_fleet(scn):
     good = []
     for i, e in enumerate(evs):
         ptr = "/failures/events/%d" % i
-        if not isinstance(e, dict) or not {"pool", "pool_worker", "at_us"} <= set(e) or set(
-            e
-        ) - {"pool", "pool_worker", "at_us", "recover_after_us"}:
+        if (
+            not isinstance(e, dict)
+            or not {"pool", "pool_worker", "at_us"} <= set(e)
+            or set(e) - {"pool", "pool_worker", "at_us", "recover_after_us"}
+        ):
             probs.append(
                 ("scenario", ptr, "an object {pool, pool_worker, at_us, recover_after_us} (R116)")
             )
@@ -1629,9 +1638,7 @@ def check_fleet(scn):
             probs.append(("scenario", ptr + "/at_us", "an integer 0 to 2^53-1 (R116)"))
             bad = True
         if "recover_after_us" in e and not is_int(e["recover_after_us"], 1, MAX_T):
-            probs.append(
-                ("scenario", ptr + "/recover_after_us", "an integer 1 to 2^53-1 (R116)")
-            )
+            probs.append(("scenario", ptr + "/recover_after_us", "an integer 1 to 2^53-1 (R116)"))
             bad = True
         if not bad:
             good.append((i, e))
@@ -1640,9 +1647,10 @@ def check_fleet(scn):
         key = (e["pool"], e["pool_worker"])
         if key in last:
             prev = last[key]
-            if "recover_after_us" not in prev or e["at_us"] <= prev["at_us"] + prev[
-                "recover_after_us"
-            ]:
+            if (
+                "recover_after_us" not in prev
+                or e["at_us"] <= prev["at_us"] + prev["recover_after_us"]
+            ):
                 probs.append(
                     (
                         "scenario",
@@ -2626,7 +2634,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             new -= max(0, min(y, hi) - max(x, lo))
         r.recomputed += new
         merged = []
-        for x, y in sorted(cov + [(lo, hi)]):
+        for x, y in sorted([*cov, (lo, hi)]):
             if merged and x <= merged[-1][1]:
                 merged[-1] = (merged[-1][0], max(merged[-1][1], y))
             else:
@@ -2998,7 +3006,13 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.cut = True
                 r.done_t = stop
     return build_report(
-        reqs, workers, pools, trace if trace_on else None, report_version, scn.get("slo"), kvt,
+        reqs,
+        workers,
+        pools,
+        trace if trace_on else None,
+        report_version,
+        scn.get("slo"),
+        kvt,
         fleet,
     )
 
@@ -3178,7 +3192,7 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
         gaps.extend(b - a for a, b in zip(r.tokens, r.tokens[1:]))
     reasons = REASONS if v3 else REASONS[:4]
     if v9:
-        reasons = REASONS + ["no_routable_worker"]  # R114
+        reasons = [*REASONS, "no_routable_worker"]  # R114
     summary = {
         "requests": len(reqs),
         "completed": len(completed),
@@ -3210,7 +3224,9 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             }
     # R122: the accounting window and each worker's time in it
     times = {w.i: worker_times(w, first_arrival, first_arrival + makespan) for w in workers}
-    wus = {w.i: times[w.i]["starting"] + times[w.i]["active"] + times[w.i]["draining"] for w in workers}
+    wus = {
+        w.i: times[w.i]["starting"] + times[w.i]["active"] + times[w.i]["draining"] for w in workers
+    }
     if not v9:  # before report 9.0 the fleet never changes: worker_us is makespan_us
         wus = {w.i: makespan for w in workers}
     if v9:
@@ -3440,7 +3456,9 @@ def main(argv=None):
         choices=sorted(READS),
         default="9.0",
         help="report 9.0 (the default, R31, R124; reads scenario 1.0 to 1.7 and workload 1.0 "
-        "to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to 1.4 and workload 1.0 to 1.2), 5.0 (reads "
+        "to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; "
+        "reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to "
+        "1.4 and workload 1.0 to 1.2), 5.0 (reads "
         "scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario 1.0 to 1.2 and "
         "workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or 2.0 (reads "
         "them at 1.0 only, R2, R38)",
