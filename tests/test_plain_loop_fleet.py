@@ -749,3 +749,46 @@ def test_r118_a_migrated_request_with_output_recomputes_by_parts(tmp_path: Path)
     assert b["token_times_us"][:8] == [1004, 2004, 3004, 4004, 5004, 6067, 7068, 8068]
     assert (a["lost_tokens"], a["recomputed_tokens"]) == (64, 64)
     assert a["migrations"][0]["output_tokens"] == 4
+
+
+def test_r114_weighted_round_robin_over_the_candidates(tmp_path: Path) -> None:
+    """Three workers of weight 1, smooth weighted round robin (R81 as R114 amends it). A and B
+    at 0: currents [1, 1, 1] -> w0, [-2, 1, 1]; then [-1, 2, 2] -> w1, [-1, -1, 2]. w1 fails at
+    1500 (B completed at 1010): it loses its current weight. C, D, E at 2000 over w0 and w2,
+    W = 2: [0, 3] -> w2, [0, 1]; [1, 2] -> w2, [1, 0]; [2, 1] -> w0."""
+    s = scenario({"workers": 3}, failures=failures(fail_at(1, 1500)))
+    s["routing"] = {"policy": "weighted_round_robin"}
+    w = workload(
+        ("A", 0, 10, 1), ("B", 0, 10, 1), ("C", 2000, 10, 1), ("D", 2000, 10, 1), ("E", 2000, 10, 1)
+    )
+    report = ok(tmp_path, s, w)
+    assert [r["worker"] for r in report["requests"]] == [0, 1, 2, 2, 0]
+    assert report["summary"]["fleet"]["failures"] == 1
+
+
+def test_r115_kv_use_counts_held_blocks(tmp_path: Path) -> None:
+    """kv_use over 64 blocks, up 40 permille, ticks every 500. A (0, prompt 40, 2 tokens) holds
+    3 blocks from its admission at 0: at the tick at 500, 3 * 1000 = 3000 > 40 * 64 = 2560,
+    high: a second worker, active at 500 (startup 0). B (600, prompt 10, 1) joins it (round
+    robin: last 0): 600 -> 1610. A: 1040, 2040. With up 50, 3000 < 3200 at 500 and 1000; B
+    joins w0 and is admitted at 1040 beside A's decode (4 blocks, pass -> 2050): at 1500,
+    4000 > 3200, and the second worker is active from 1500 (to the makespan 2050, idle)."""
+    autoscale = {
+        "interval_us": 500,
+        "metric": "kv_use",
+        "up_permille": 40,
+        "down_permille": 0,
+        "min": 1,
+        "max": 2,
+    }
+    s = scenario({"workers": 1, "scaling": {"autoscale": autoscale}})
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2), ("B", 600, 10, 1)))
+    a, b = report["requests"]
+    assert (a["token_times_us"], b["worker"], b["token_times_us"]) == ([1040, 2040], 1, [1610])
+    assert life(report["workers"][1]) == [("active", 500)]
+    s["fleet"]["scaling"]["autoscale"]["up_permille"] = 50
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2), ("B", 600, 10, 1)))
+    a, b = report["requests"]
+    assert (a["token_times_us"], b["worker"], b["token_times_us"]) == ([1040, 2050], 0, [2050])
+    assert life(report["workers"][1]) == [("active", 1500)]
+    assert times(report["workers"][1]) == (550, 0, 550, 0, 0)
