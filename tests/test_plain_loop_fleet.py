@@ -4,11 +4,14 @@
 18 alone (``QUESTIONS-fleet.md`` beside it lists the readings it took). These tests hold it to
 small scenarios whose every expected value is worked out below from the spec: a scale-up with a
 startup time and a drain (R110 to R112), a cancellation (R112), the reactive policy with and
-without a cooldown (R115), a failure that cuts a decode pass and migrates its request (R117,
-R118), the migration limit and the policy "fail" (R118), a recovery and no routable worker
-(R114, R119), a failure of a prefill worker while a transfer runs and of a decode worker with a
-reservation (R121), R4's checks of section 18 (exit 2 at the pointer R110, R115 and R116 give)
-and R124's versions.
+without a cooldown and its kv_use metric (R115), weighted round robin over the candidates
+(R114), a failure that cuts a decode pass, and one that cuts a chunked prefill, and migrates
+its request (R117, R118), a migrated request that recomputes by parts, the migration limit and
+the policy "fail" (R118), a failed session turn (R120), a recovery and no routable worker
+(R114, R119), a failure of a prefill worker while a transfer runs, of a decode worker with a
+reservation, and a release at a failure that must schedule the prefill worker (R121,
+QUESTIONS-fleet.md Q7), R4's checks of section 18 (exit 2 at the pointer R110, R115 and R116
+give) and R124's versions.
 
 The timing profile is ``synthetic_linear`` with a 1000 us step overhead, 1 us per prefill token
 and nothing per decode: a step lasts ``1000 + P`` us (R22).
