@@ -2334,9 +2334,6 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         w.inflight = (now, end, [rk for rk, _ in formed])
         w.entries = []
         w.pass_no += 1
-        for _, st in formed:  # R118: what this attempt computes below its migration's mark
-            for r, a, before in st[1]:
-                note_allot(r, before, a)
         for (rk, (decode, allot, preempted, shape, in_use, retracted, n)), d in zip(
             formed, durations
         ):
@@ -2381,6 +2378,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         # R29, R62: a step's tokens count when it ends (a cut step never does)
         rk.decode_tokens += len(decode)
         rk.prefill_tokens += sum(a for _, a, _ in allot)
+        for r, a, before in allot:  # R118: what this attempt computed below its migration's mark
+            note_allot(r, before, a)
         for r in decode:
             r.tokens.append(now)
             rk.output_tokens += 1
@@ -2622,7 +2621,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
 
     def note_allot(r, before, a):
         """R118: the positions below a migration's lost tokens that an allotment of the new
-        attempt computes, each once (counted when the allotment is given, QUESTIONS-fleet.md)."""
+        attempt computes, each once; counted when its step ends (a step cut by a failure or a
+        stop time computes none)."""
         if r.rc is None:
             return
         mark, cov = r.rc
