@@ -2725,8 +2725,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         r.blocks = blocks
         r.pblocks = []
         rk.cache.check()
-        # R101: a release schedules the prefill worker (an activation's, and, without which
-        # the worker could wait for ever, one at a failure: QUESTIONS-fleet.md, Q7)
+        # R101: a release schedules the prefill worker (an activation's, and one at a failure
+        # elsewhere, R114, R121)
         maybe_schedule(rk.worker, now)
 
     def migrate(r, t, w, rk, lost):  # R118: a migration arrival of r at t
@@ -2780,6 +2780,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         # 2. the requests on w: (request, rank, lost tokens, re-handed?)
         hit = []
         changed = []  # decode schedulers whose queue or blocks changed (R121)
+        freed = set()  # those whose reserved blocks were released (R101)
         for rk in w.ranks:
             for r in rk.waiting + rk.running:
                 hit.append((r, rk, r.cached, False))
@@ -2795,6 +2796,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                     d.resv.remove(r)
                     d.cache.release(r)  # R46: not registered, so they become free
                     d.cache.check()
+                    freed.add(d)
                 if r.stage in ("pending", "transferring"):
                     d.outstanding -= 1
                     d.load_blocks -= ceil_div(r.prompt, d.cache.B)
@@ -2812,8 +2814,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             rk.held = set()
             rk.outstanding = rk.load_blocks = 0
             rk.step = None
-        # w is no candidate from F on (R114): a re-handed request is routed among the others.
-        # Its state is recorded now; steps 2 and 3 do not depend on when (QUESTIONS-fleet.md)
+        # w is no candidate from F on (R114), nor for its own re-handings (R121): a re-handed
+        # request is routed among the others. Its state is recorded now; steps 2 and 3 do not
+        # depend on when.
         set_state(w, "failed", t)  # 4. the state
         hit.sort(key=lambda x: x[0].idx)
         for r, rk, lost, rehand in hit:
@@ -2857,7 +2860,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         for rk in sorted(changed, key=lambda x: (x.worker.i, x.q)):  # R121's fourth moment
             if rk.worker.state != "failed":
                 try_queue(rk, t)
-                maybe_schedule(rk.worker, t)  # its freed blocks (QUESTIONS-fleet.md, Q7)
+                if rk in freed:  # R101: blocks released at a failure elsewhere schedule it
+                    maybe_schedule(rk.worker, t)
 
     def transition(kind, w, g, t):  # R111, R119
         if kind == "up":
