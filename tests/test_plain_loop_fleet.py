@@ -7,11 +7,14 @@ startup time and a drain (R110 to R112), a cancellation (R112), the reactive pol
 without a cooldown and its kv_use metric (R115), weighted round robin over the candidates
 (R114), a failure that cuts a decode pass, and one that cuts a chunked prefill, and migrates
 its request (R117, R118), a migrated request that recomputes by parts, the migration limit and
-the policy "fail" (R118), a failed session turn (R120), a recovery and no routable worker
-(R114, R119), a failure of a prefill worker while a transfer runs, of a decode worker with a
-reservation, and a release at a failure that must schedule the prefill worker (R121,
-QUESTIONS-fleet.md Q7), R4's checks of section 18 (exit 2 at the pointer R110, R115 and R116
-give) and R124's versions.
+the policy "fail" (R118), an allotment whose step is cut by a failure or by the stop time,
+which recomputes nothing (R118 as SPEC.md db339b8 decides), a failed session turn (R120), a
+recovery and no routable worker (R114, R119), a failure of a prefill worker while a transfer
+runs, of a decode worker with a reservation, and a release at a failure that must schedule the
+prefill worker (R101, R121), R4's checks of section 18 (exit 2 at the pointer R110, R115 and
+R116 give) and R124's versions. They also hold it to the hand-derived golden cases of section 18
+(``golden/valid/fleet-*`` with a ``DERIVATION.md``: every value it derives) and to the
+rejection of the invalid ones (``golden/invalid/fleet-*``: exit 2 at the fault's pointer).
 
 The timing profile is ``synthetic_linear`` with a 1000 us step overhead, 1 us per prefill token
 and nothing per decode: a step lasts ``1000 + P`` us (R22).
@@ -28,6 +31,14 @@ from typing import Any
 
 import pytest
 
+from tests.golden_cases import (
+    GOLDEN,
+    MANIFEST,
+    derived_cases,
+    derived_values,
+    replay_case,
+    wrong_values,
+)
 from tests.test_differential import PLAIN
 
 PROFILE = {
@@ -646,7 +657,7 @@ def test_r116_a_failure_of_a_worker_created_earlier_is_valid(tmp_path: Path) -> 
 
 
 def test_r101_r121_a_release_at_a_failure_schedules_the_prefill_worker(tmp_path: Path) -> None:
-    """QUESTIONS-fleet.md, Q7. p: one worker, 4 blocks of 16; d: one worker, max_num_seqs 1;
+    """R101 (QUESTIONS-fleet.md, Q7). p: one worker, 4 blocks of 16; d: one worker, max_num_seqs 1;
     policy "fail". A (0, prompt 16, 10 tokens) and B (0, prompt 48, 2) are prefilled together
     on p, 0 -> 1064 (P = 64, 4 blocks). At 1064 both are Held: A is reserved on d (a seat) and
     transfers 100 + 16 us to 1180, where it is activated (p releases its block); B is Pending
@@ -795,3 +806,92 @@ def test_r115_kv_use_counts_held_blocks(tmp_path: Path) -> None:
     assert (a["token_times_us"], b["worker"], b["token_times_us"]) == ([1040, 2050], 0, [2050])
     assert life(report["workers"][1]) == [("active", 1500)]
     assert times(report["workers"][1]) == (550, 0, 550, 0, 0)
+
+
+def test_r118_a_cut_step_recomputes_nothing(tmp_path: Path) -> None:
+    """R118 (SPEC.md db339b8): an allotment computes its positions when its step ends, so a step
+    cut by a failure computes none (QUESTIONS-fleet.md Q2). Three workers, whole prefill,
+    max_migrations 2; A (0, prompt 40, 2 tokens) joins w0: prefill 0 -> 1040 (3 blocks, its
+    cached tokens 40 when the step is formed). 500: w0 fails (busy 500): A loses 40, migrates
+    (m = 1, k = 0, a fresh request) and its arrival at 500 goes to w1 (round robin: last 0,
+    candidates w1 and w2): prefill 500 -> 1540. 1000: w1 fails and cuts that step: A loses its 40
+    cached tokens there (80 in all) and migrates again (m = 2); w1's allotment never ended, so
+    it recomputed nothing (w1's prefill_tokens 0). The arrival at 1000 goes to w2 (last 1):
+    prefill 1000 -> 2040, token 1 at 2040, the 40 positions below the second migration's mark
+    recomputed; decode -> 3040, A completes. recomputed_tokens 40 (counting the cut allotment
+    would give 80); makespan 3040."""
+    s = scenario({"workers": 3}, failures=failures(fail_at(0, 500), fail_at(1, 1000), limit=2))
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2)))
+    (a,) = report["requests"]
+    assert (a["outcome"], a["worker"], a["token_times_us"]) == ("completed", 2, [2040, 3040])
+    assert [(m["at_us"], m["worker"], m["lost_tokens"]) for m in a["migrations"]] == [
+        (500, 0, 40),
+        (1000, 1, 40),
+    ]
+    assert (a["lost_tokens"], a["recomputed_tokens"]) == (80, 40)
+    w0, w1, w2 = report["workers"]
+    assert (w0["busy_us"], w0["prefill_tokens"], w0["lost_tokens"]) == (500, 0, 40)
+    assert (w1["steps"], w1["busy_us"], w1["prefill_tokens"], w1["lost_tokens"]) == (1, 500, 0, 40)
+    assert (w2["steps"], w2["busy_us"], w2["prefill_tokens"]) == (2, 2040, 40)
+    summary = report["summary"]
+    assert (summary["migrations"], summary["lost_tokens"], summary["recomputed_tokens"]) == (
+        2,
+        80,
+        40,
+    )
+    assert summary["makespan_us"] == 3040
+
+
+def test_r118_a_step_cut_by_the_stop_time_recomputes_nothing(tmp_path: Path) -> None:
+    """As above with two workers, max_migrations 1 and stop_at_us 1200 (R62): A's recompute on
+    w1, 500 -> 1540, is cut by the stop time; A is cut off at 1200 with lost_tokens 40 and
+    recomputed_tokens 0 (its allotment's step never ended)."""
+    s = scenario({"workers": 2}, failures=failures(fail_at(0, 500)), stop_at_us=1200)
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2)))
+    (a,) = report["requests"]
+    assert (a["outcome"], a["worker"], a["token_times_us"]) == ("cut_off", 1, [])
+    assert (a["lost_tokens"], a["recomputed_tokens"], len(a["migrations"])) == (40, 0, 1)
+    assert report["workers"][1]["prefill_tokens"] == 0
+    assert report["summary"]["recomputed_tokens"] == 0
+
+
+#: The hand-derived golden cases of section 18 (``fleet-1024-workers``, a scale case of section
+#: 1 without a derivation, is not one of them) and the invalid ones.
+FLEET_VALID = derived_cases("fleet-")
+FLEET_INVALID = sorted(name for name in MANIFEST if name.startswith("invalid/fleet-"))
+
+
+def test_the_corpus_has_the_fleet_cases() -> None:
+    """Branch fleet-corpus added 36 hand-derived valid and 18 invalid cases of section 18."""
+    assert (len(FLEET_VALID), len(FLEET_INVALID)) == (36, 18)
+
+
+@pytest.mark.parametrize("name", FLEET_VALID)
+def test_plain_loop_gives_each_fleet_derivations_expected_values(name: str, tmp_path: Path) -> None:
+    """Every value of the case's DERIVATION.md (JSON blocks of pointer -> value), report 9.0."""
+    case = GOLDEN / "valid" / name
+    expected = derived_values(case)
+    assert expected
+    output = tmp_path / "r.json"
+    code, error = replay_case(PLAIN, case, output)
+    assert (code, error) == (0, "")
+    report = json.loads(output.read_text())
+    assert report["schema_version"] == "9.0"
+    assert not wrong_values(report, expected)
+
+
+@pytest.mark.parametrize("name", FLEET_INVALID)
+def test_plain_loop_rejects_each_invalid_fleet_case(name: str, tmp_path: Path) -> None:
+    """Exit 2 with a message naming the scenario and the fault's pointer, and no report. A
+    member of a later version (R124) is reported, as in the plain loop's earlier sections, at
+    the member the fault names rather than at ``/schema_version`` (R5 asks for "the offending
+    value"; the corpus's fault text names both)."""
+    output = tmp_path / "r.json"
+    code, error = replay_case(PLAIN, GOLDEN / name, output)
+    assert code == 2
+    assert not output.exists()
+    fault = MANIFEST[name]["fault"].split(", ", 1)[1]
+    pointer = fault.split(":", 1)[0]
+    if pointer == "/schema_version":
+        pointer = fault.split("but ", 1)[1].split(" ", 1)[0]
+    assert f"scenario.json: {pointer}: expected " in error
