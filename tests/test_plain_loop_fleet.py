@@ -685,6 +685,13 @@ def test_r101_r121_a_release_at_a_failure_schedules_the_prefill_worker(tmp_path:
         0,
     )
     assert (reqs["C"]["fail_reason"], reqs["C"]["terminal_us"]) == ("no_routable_worker", 6030)
+    # R107: handoff is null only for a rejected request and one cut off before its prefill ended
+    handoff = reqs["C"]["handoff"]
+    assert (handoff["prefill_end_us"], handoff["decode_worker"], handoff["reserved_us"]) == (
+        6030,
+        None,
+        None,
+    )
     assert reqs["C"]["first_scheduled_us"] == 5000
     assert report["summary"]["makespan_us"] == 6030
     wp, wd = report["workers"]
