@@ -111,6 +111,21 @@ class UnrepresentableArrival(UnrepresentableTime):
         )
 
 
+class UnrepresentableFleet(UnrepresentableTime):
+    """A scaling decision would create more than 2**20 workers, or ranks, in one run (SPEC.md
+    R110, R6's case): found when the decision is processed."""
+
+    def __init__(self, *, pool: str, at_us: int, workers: int, ranks: int) -> None:
+        self.pool = pool
+        self.at_us = at_us
+        ServesimError.__init__(
+            self,
+            f"the scaling decision of pool {pool!r} at {at_us} us would bring the workers "
+            f"created in the run to {workers} and their ranks to {ranks}; at most 1048576 of "
+            "each can be simulated (SPEC.md R110, R6)",
+        )
+
+
 class OutOfCoverage(ServesimError):
     """A step's shape lies outside the measured profile's coverage (SPEC.md R43).
 
