@@ -626,7 +626,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.contract.json_reading, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.6"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.7"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0

@@ -582,7 +582,7 @@ def _request_9_0(request: Mapping[str, Any]) -> dict[str, Any]:
 
 def _worker_9_0(worker: Mapping[str, Any], makespan_us: int) -> dict[str, Any]:
     """R124: active from 0 for the whole window M, never failed (its ranks are unchanged)."""
-    upgraded = _with_member(worker, "lifecycle", [{"state": "active", "at_us": 0}])
+    upgraded = _with_member(worker, "lifecycle", [{"at_us": 0, "state": "active"}])
     members = {
         "created_us": 0,
         "worker_us": makespan_us,
