@@ -126,6 +126,19 @@ class UnrepresentableFleet(UnrepresentableTime):
         )
 
 
+class UnrepresentableSum(ServesimError):
+    """A sum the report holds (R122: a pool's or the summary's ``worker_us``) would pass
+    2**53 - 1 (SPEC.md R6's case, exit 2, nothing written)."""
+
+    def __init__(self, *, pointer: str, value: int) -> None:
+        self.pointer = pointer
+        self.value = value
+        super().__init__(
+            f"the report's {pointer} would be {value}, more than 9007199254740991, the largest "
+            "integer a report can hold (SPEC.md R6, R122)"
+        )
+
+
 class OutOfCoverage(ServesimError):
     """A step's shape lies outside the measured profile's coverage (SPEC.md R43).
 

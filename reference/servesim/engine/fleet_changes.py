@@ -550,6 +550,7 @@ class FleetEventLoop(EventLoop):
         """R118: the request reaches Failed at ``now_us``; R120: as a terminal state it
         releases what a rejected one would."""
         fate.fail_reason = reason
+        state.fail_reason = reason
         state.terminal_us = now_us
         if self.releases:
             self._release(self.arrivals.released_by(state.position, now_us))

@@ -47,6 +47,8 @@ class RequestState:
     terminal_us: int | None = None
     cut_off: bool = False
     """R62: whether the stop time ended it (its ``terminal_us`` is then the stop time)."""
+    fail_reason: str | None = None
+    """R118, R123: why it failed (its terminal state Failed, section 18); ``None`` otherwise."""
     reused_prompt_tokens: int = 0
     """R48, R52: the tokens reused at its first admission (0 without a cache)."""
     preemptions: int = 0
