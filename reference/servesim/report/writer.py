@@ -739,7 +739,7 @@ def report_chunks(
             [workers[w] for w in range(len(units)) if pool_of[w] == index],
             completed_by_pool[index],
             makespan_us,
-            pool.workers if fleet is None else fleet.peaks[index],
+            pool.workers if fleet is None else fleet.peak_workers[index],
         )
         for index, pool in enumerate(pools)
     ]
