@@ -1147,23 +1147,22 @@ def test_r121_decode_failure_rehands_a_pending_request(tmp_path: Path) -> None:
 
 
 def test_r121_prefill_failure_leaves_a_ready_request_alone(tmp_path: Path) -> None:
-    # A (0, 10, 3) -> prefill 0 (0-20), transfer to decode 2 20-30; B (1, 90, 2) -> prefill 1
-    # (1-101), ... Simpler: decode worker 2 is busy with C when A's transfer ends, so A is
-    # Ready; prefill worker 0 fails then: A is not affected and is activated at the pass end.
-    # C (0, 10, 8) -> prefill 0 too? No: round robin puts C on 1 (0-20 alongside A), C is
-    # handed at 20, transfer 20-30, activated at 30 on 2, decodes 30-40, ... A's transfer also
-    # ends at 30 (A before C in workload order: A activated at 30 first). So here: A is Ready
-    # only if 2 is in a pass at its transfer end; see the assertion: unaffected either way.
+    # X (0, 10, 10) -> prefill 0: 0-20, transfer 20-30, activated at 30 on decode 2, which
+    # decodes from 30 (30-40, ...). A (1, 10, 3) -> prefill 1: 1-21, transfer 21-31: decode 2
+    # is in its pass 30-40, so A is Ready. Prefill worker 1 fails at 35: A, whose KV is on its
+    # decode worker already, is not affected: activated at 40, tokens 50, 60, 70.
     events = {
-        "events": [{"pool": "p", "pool_worker": 0, "at_us": 31}],
+        "events": [{"pool": "p", "pool_worker": 1, "at_us": 35}],
         "policy": "migrate",
         "max_migrations": 1,
     }
-    report = replay(tmp_path, disaggregated(events), workload(("A", 0, 10, 3), ("C", 0, 10, 8)))
+    report = replay(tmp_path, disaggregated(events), workload(("X", 0, 10, 10), ("A", 1, 10, 3)))
     a = by_id(report)["A"]
-    assert a["migrations"] == []
-    assert a["outcome"] == "completed"
-    assert report["workers"][0]["failures"] == 1
+    assert (a["migrations"], a["outcome"], a["lost_tokens"]) == ([], "completed", 0)
+    assert (a["handoff"]["transfer_end_us"], a["handoff"]["activation_us"]) == (31, 40)
+    assert a["token_times_us"] == [50, 60, 70]
+    worker = report["workers"][1]
+    assert (worker["failures"], worker["migrated_out"], worker["failed_requests"]) == (1, 0, 0)
 
 
 # --- R122 ---------------------------------------------------------------------------------
