@@ -622,7 +622,10 @@ class FleetEventLoop(EventLoop):
             fate = self.fates.setdefault(state.position, RequestFate())
             source.memory.release(state)
             self._fail(state, fate, "no_routable_worker", now_us)
-            self._request_unit_scheduling(self.units[source.index], now_us)
+            unit = self.units[source.index]
+            self._request_unit_scheduling(unit, now_us)
+            if self.lives[unit.index].state == DRAINING:
+                self._removed_if_drained(unit, now_us)
             return
         self._join_decode(state, source, decode, now_us)
 
