@@ -428,6 +428,32 @@ def test_r113_a_static_fleet_gives_the_migrated_8_0_report(tmp_path: Path) -> No
     assert {**migrated, "schema_version": "9.0"} == static
 
 
+def test_r113_every_golden_case_through_section_18s_loop_is_unchanged(tmp_path: Path) -> None:
+    """Every valid golden case, given a scaling with only ``startup_us`` 0 in every pool (so
+    that its fleet takes section 18's event loop but never changes: no decision, no failure),
+    gives its golden report, but for the scenario's digest (R113: without fleet events the
+    order is R7's and R104's; R114: the candidates are every worker)."""
+    from servesim_conformance.corpus import Expect, load_corpus
+    from tests.golden_snapshots import GOLDEN
+
+    cases = [case for case in load_corpus(GOLDEN).cases if case.expectation is Expect.REPORT]
+    assert cases
+    for case in cases:
+        paths = case.input_paths()
+        value = json.loads(Path(paths["scenario"]).read_text(encoding="utf-8"))
+        value["schema_version"] = "1.7"
+        holders = value["fleet"].get("pools", [value["fleet"]])
+        for holder in holders:
+            holder["scaling"] = {"startup_us": 0}
+        changed = tmp_path / "scenario.json"
+        changed.write_text(json.dumps(value), encoding="utf-8")
+        profiles = case.pool_profiles() or paths["timing_profile"]
+        report = json.loads(servesim.replay(changed, paths["workload"], profiles, trace=case.trace))
+        expected = json.loads((case.folder / "expected-report.json").read_bytes())
+        report["inputs"]["scenario"] = expected["inputs"]["scenario"]
+        assert report == expected, case.id
+
+
 def test_r113_fleet_events_after_the_last_terminal_time_are_dropped(tmp_path: Path) -> None:
     # Pool a (autoscale, interval 20) and pool b (schedule at 25); A (0, 10, 1) on worker 0
     # completes at 20, the last terminal time. The tick at 20, a failure at 20 and one at 30,
