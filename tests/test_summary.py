@@ -472,7 +472,7 @@ def test_figures_of_a_report_6_0_are_those_of_its_4_0_original(hand_report: Path
     """A report before 5.0 reads as R64's migration makes it: nothing cut off, no session, no
     goodput; and the TPOT derived from the requests rounds to R63's ``summary.tpot_us``."""
     value = json.loads(hand_report.read_bytes())
-    assert value["schema_version"] == "8.0"
+    assert value["schema_version"] == "9.0"
     written = value["summary"]["tpot_us"]
     figures = read_figures(hand_report)
     assert _nearest(figures.tpot_us.mean) == written["mean"]
