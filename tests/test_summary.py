@@ -293,7 +293,7 @@ def test_replay_summary_does_not_import_jsonschema(tmp_path: Path) -> None:
     [
         ("{", "(document root)", "not valid JSON"),
         ('{"document": "scenario", "schema_version": "1.0"}', "/document", "expected a report"),
-        ('{"document": "report", "schema_version": "9.0"}', "/schema_version", "not supported"),
+        ('{"document": "report", "schema_version": "10.0"}', "/schema_version", "not supported"),
         ('{"document": "report", "schema_version": "2.0"}', "(document root)", "missing required"),
     ],
 )
