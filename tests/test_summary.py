@@ -93,7 +93,7 @@ def test_the_table_shows_the_figures_rounded_to_the_microsecond(
 ) -> None:
     assert main(["summary", str(hand_report)]) == 0
     table = capsys.readouterr().out
-    assert f"report       {hand_report} (report 8.0)" in table
+    assert f"report       {hand_report} (report 9.0)" in table
     assert "requests     3: 3 completed, 0 rejected" in table
     assert "throughput   634.25 requests/s, 1,479.92 output tokens/s" in table
     assert "makespan     0.004730 s" in table
@@ -436,7 +436,7 @@ def test_goodput_counts_the_requests_within_the_objectives(
     assert (figures.cut_off, figures.sessions) == (0, 1)
     assert main(["summary", str(report)]) == 0
     table = capsys.readouterr().out
-    assert f"report       {report} (report 8.0)" in table
+    assert f"report       {report} (report 9.0)" in table
     assert "requests     3: 3 completed, 0 rejected, 0 cut off" in table
     assert "sessions     1" in table
     assert (
