@@ -1345,3 +1345,65 @@ def test_r6_a_summed_report_integer_past_2_53_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert not output.exists()
     assert "worker_us" in result.stderr
+
+
+# --- R4, R5: section 18's semantic faults through the command line --------------------------
+
+AUTOSCALE = {
+    "interval_us": 100,
+    "metric": "waiting_per_worker",
+    "up_permille": 500,
+    "down_permille": 100,
+    "min": 1,
+    "max": 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("members", "pointer"),
+    [
+        (
+            {"scaling": {"schedule": [{"at_us": 5, "target": 2}, {"at_us": 5, "target": 1}]}},
+            "/fleet/scaling/schedule/1/at_us",
+        ),
+        (
+            {"scaling": {"autoscale": {**AUTOSCALE, "down_permille": 500}}},
+            "/fleet/scaling/autoscale/down_permille",
+        ),
+        (
+            {"scaling": {"autoscale": {**AUTOSCALE, "min": 3, "max": 2}}},
+            "/fleet/scaling/autoscale/min",
+        ),
+        ({"scaling": {"autoscale": {**AUTOSCALE, "min": 2, "max": 3}}}, "/fleet/workers"),
+        (
+            {"scaling": {"autoscale": {**AUTOSCALE, "metric": "kv_use"}}},
+            "/fleet/scaling/autoscale/metric",
+        ),
+        ({"failures": fail((1, 5))}, "/failures/events/0/pool_worker"),
+        ({"failures": fail((0, 5, 10), (0, 15))}, "/failures/events/1/at_us"),
+        (
+            {
+                "failures": {
+                    "events": [{"pool": "x", "pool_worker": 0, "at_us": 1}],
+                    "policy": "fail",
+                }
+            },
+            "/failures/events/0/pool",
+        ),
+    ],
+)
+def test_r4_section_18_faults_exit_2_with_the_pointer(
+    tmp_path: Path, members: dict[str, Any], pointer: str
+) -> None:
+    """R5: each fault is reported with the file and its pointer, exit 2, nothing written."""
+    scen = scenario(1)
+    if "scaling" in members:
+        scen["fleet"]["scaling"] = members["scaling"]
+    if "failures" in members:
+        scen["failures"] = members["failures"]
+    paths = write_inputs(tmp_path, scen, workload(KEEPER), timing_doc(**PROFILE))
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    assert result.returncode == 2
+    assert not output.exists()
+    assert f"{paths['scenario']}: at {pointer}: " in result.stderr
