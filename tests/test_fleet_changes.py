@@ -1191,6 +1191,32 @@ def test_r121_prefill_failure_leaves_a_ready_request_alone(tmp_path: Path) -> No
     assert (worker["failures"], worker["migrated_out"], worker["failed_requests"]) == (1, 0, 0)
 
 
+def test_r121_a_migrated_request_keeps_its_last_handoff_until_the_next(tmp_path: Path) -> None:
+    # A (0, 10, 5) -> prefill 0: 0-20, Held, decode 2 reserved at 20, transfer 20-30, activated
+    # at 30; decode passes 30-40 (token 40), 40-50 cut by decode 2's failure at 45: A (k = 1)
+    # migrates to the prefill side, worker 1 (last 0), L = 11: 45-66. The stop at 60 cuts it
+    # off first: its last handoff is still the first one (R121: "its last handoff"), and that
+    # transfer ended, so summary.transfers counts it.
+    scen = disaggregated(
+        {
+            "events": [{"pool": "d", "pool_worker": 0, "at_us": 45}],
+            "policy": "migrate",
+            "max_migrations": 1,
+        }
+    )
+    scen["stop_at_us"] = 60
+    report = replay(tmp_path, scen, workload(("A", 0, 10, 5)))
+    a = by_id(report)["A"]
+    assert (a["outcome"], a["worker"], a["token_times_us"]) == ("cut_off", 1, [40])
+    handoff = a["handoff"]
+    assert (handoff["prefill_end_us"], handoff["decode_worker"], handoff["activation_us"]) == (
+        20,
+        2,
+        30,
+    )
+    assert report["summary"]["transfers"]["count"] == 1
+
+
 # --- R122 ---------------------------------------------------------------------------------
 
 

@@ -105,6 +105,9 @@ class RequestFate:
     """R118: the lost tokens of its last migration, below which an allotment recomputes."""
     counted: list[tuple[int, int]] = field(default_factory=list)
     """The positions below ``limit`` counted since its last migration, as disjoint ranges."""
+    handoff: Handoff | None = None
+    """R121, R107: its last handoff before a migration took it back to the prefill side; the
+    report's ``handoff`` until its next prefill ends (then ``RequestState.handoff``)."""
 
     def computed(self, start: int, end: int) -> None:
         """R118: positions ``start`` to ``end - 1`` were computed by an allotment that ended."""
@@ -414,6 +417,8 @@ class FleetEventLoop(EventLoop):
             fate.limit = lost
             fate.counted = []
             state.recomputing = produced > 0
+            if state.handoff is not None:  # R121: still its last handoff, until its next one
+                fate.handoff = state.handoff
             _reset_for_prefill(state)
             heapq.heappush(self.queue, (now_us, ARRIVAL, state.position, -1 - state.position))
         # R121: the decode schedulers the failure changed are tried, in (worker, rank) order;
