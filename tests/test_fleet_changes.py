@@ -1217,6 +1217,43 @@ def test_r121_a_migrated_request_keeps_its_last_handoff_until_the_next(tmp_path:
     assert report["summary"]["transfers"]["count"] == 1
 
 
+def test_r121_a_prefill_end_without_a_routable_decode_scheduler_fails(tmp_path: Path) -> None:
+    # Decode worker 2, the only one, fails at 5 for good (nothing on it). A (0, 10, 3) ->
+    # prefill 0: 0-20; Held at 20, no routable decode scheduler (R114): failed
+    # no_routable_worker at 20, its prefill blocks released. Its handoff has its prefill end
+    # and no decode stage (R107). No failure of a worker failed it (no failed_requests).
+    events = {"events": [{"pool": "d", "pool_worker": 0, "at_us": 5}], "policy": "fail"}
+    report = replay(tmp_path, disaggregated(events), workload(("A", 0, 10, 3)))
+    a = by_id(report)["A"]
+    assert (a["outcome"], a["fail_reason"], a["terminal_us"]) == (
+        "failed",
+        "no_routable_worker",
+        20,
+    )
+    assert a["handoff"]["prefill_end_us"] == 20
+    assert a["handoff"]["decode_worker"] is None
+    assert a["handoff"]["reserved_us"] is None
+    assert a["migrations"] == []
+    assert report["summary"]["failed_by_reason"]["no_routable_worker"] == 1
+    assert [w["failed_requests"] for w in report["workers"]] == [0, 0, 0]
+
+
+def test_r121_itl_counts_the_gap_across_a_migration(tmp_path: Path) -> None:
+    # Decode workers 2 and 3. A (0, 10, 5) -> prefill 0: 0-20, transfer to decode 2 20-30,
+    # activated at 30: token 1 at 40; the pass 40-50 is cut by decode 2's failure at 45. A
+    # (k = 1) migrates to prefill 1 (last 0): L = 11, 45-66; Held, decode 3, transfer of 11
+    # tokens 66-77, activated at 77: tokens at 87, 97, 107, 117. R27's gaps: 47, 10, 10, 10.
+    events = {
+        "events": [{"pool": "d", "pool_worker": 0, "at_us": 45}],
+        "policy": "migrate",
+        "max_migrations": 1,
+    }
+    report = replay(tmp_path, disaggregated(events, decode_workers=2), workload(("A", 0, 10, 5)))
+    assert by_id(report)["A"]["token_times_us"] == [40, 87, 97, 107, 117]
+    itl = report["summary"]["itl_us"]
+    assert (itl["count"], itl["min"], itl["max"], itl["mean"]) == (4, 10, 47, 77 / 4)
+
+
 # --- R122 ---------------------------------------------------------------------------------
 
 

@@ -404,14 +404,13 @@ class FleetEventLoop(EventLoop):
                 Migration(now_us, unit.index, pool_name, rank.rank, produced, lost)
             )
             if rehanded:  # R121: Held again on its prefill scheduler, routed on the decode side
-                handoff = state.handoff
-                assert handoff is not None
+                _held_again(state)
                 decode = self._choose(state, "decode")
-                if decode is None:
+                if decode is None:  # R114: it fails Held, its prefill scheduler releases
                     sources.append(self._release_source(state))
                     self._fail(state, fate, "no_routable_worker", now_us)
                     continue
-                _rehand(state, handoff, decode)
+                _rehand(state, decode)
                 changed.add(decode)
                 continue
             fate.limit = lost
@@ -645,6 +644,8 @@ class FleetEventLoop(EventLoop):
         if decode is None:  # R114: it fails, its prefill scheduler releases its blocks
             fate = self.fates.setdefault(state.position, RequestFate())
             source.memory.release(state)
+            # R107: its prefill ended (``prefill_end_us``); it was routed on no decode side
+            state.handoff = Handoff(prefill_end_us=now_us, source=source)
             self._fail(state, fate, "no_routable_worker", now_us)
             unit = self.units[source.index]
             self._request_unit_scheduling(unit, now_us)
@@ -884,16 +885,24 @@ def _reset_for_prefill(state: RequestState) -> None:
     state.blocks = HeldBlocks()
 
 
-def _rehand(state: RequestState, old: Handoff, decode: Worker) -> None:
-    """R121: a request re-handed after its decode worker failed joins ``decode``'s
-    reservation queue, its KV still on its prefill scheduler (its prefill end unchanged)."""
-    handoff = Handoff(
+def _held_again(state: RequestState) -> None:
+    """R121: a re-handed request is Held again on its prefill scheduler: its handoff keeps its
+    prefill end and its KV there, and has no decode-side stage yet (R107: ``null`` until it is
+    routed on the decode side)."""
+    old = state.handoff
+    assert old is not None
+    state.handoff = Handoff(
         prefill_end_us=old.prefill_end_us, source=old.source, source_blocks=old.source_blocks
     )
-    handoff.decode = decode
-    state.handoff = handoff
     state.blocks = HeldBlocks()
     state.cached_tokens = 0
+
+
+def _rehand(state: RequestState, decode: Worker) -> None:
+    """R121: a request Held again joins ``decode``'s reservation queue (R99, R102)."""
+    handoff = state.handoff
+    assert handoff is not None
+    handoff.decode = decode
     decode.routed += 1
     decode.outstanding += 1
     decode.load_blocks += decode.memory.prompt_blocks(state)

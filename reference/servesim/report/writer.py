@@ -267,7 +267,7 @@ def _summary(
     counts = None if fleet is None else fleet.counts
     output_tokens = sum(len(state.token_times_us) for state in completed)
     latencies = [_latencies(state) for state in completed]
-    gaps = itl_gaps(states, workers)
+    gaps = itl_gaps(states, workers) if fleet is None else _itl_gaps_of(completed)
     prompt_tokens = sum(state.request.prompt_tokens for state in completed)
     summary: dict[str, Any] = {
         "requests": len(states),
@@ -395,6 +395,16 @@ def itl_gaps(states: list[RequestState], workers: list[Worker]) -> Counter[int]:
     gaps.subtract(unfinished)
     assert min(gaps.values(), default=0) >= 0, "a gap taken back that no worker counted"
     return +gaps  # without the gaps that no completed request has
+
+
+def _itl_gaps_of(completed: list[RequestState]) -> Counter[int]:
+    """R27's ITL samples, from the completed requests' own token times: in a fleet that changed,
+    a migrated request's tokens come from several workers, whose per-step counts
+    (``Worker.itl_gaps``) do not see the gap across its migration."""
+    gaps: Counter[int] = Counter()
+    for state in completed:
+        state.token_times_us.count_gaps(gaps)
+    return +gaps
 
 
 def _summary_kv_cache(
