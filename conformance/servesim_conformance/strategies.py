@@ -1110,7 +1110,7 @@ def fleet_changes(draw: st.DrawFn, scenario: dict[str, Any]) -> dict[str, Any]:
     """``scenario`` as a scenario 1.7 whose fleet changes (R109 to R121): each pool drawn a
     ``scaling`` (``scalings``), and three times in four ``failures`` (``failure_lists``) under
     policy ``"migrate"`` (1 to 3 migrations) or ``"fail"``; when neither was drawn, failures
-    are. Shrinks towards one failure of worker 0 at 0, migrated once."""
+    are (at least one, of an initial worker). Shrinks towards one failure of worker 0 at 0, migrated once."""
     result = copy.deepcopy(scenario)
     fleet = result["fleet"]
     cache = "kv_cache" in result
@@ -1121,6 +1121,9 @@ def fleet_changes(draw: st.DrawFn, scenario: dict[str, Any]) -> dict[str, Any]:
     changes = any("scaling" in pool for pool in fleet.get("pools", [fleet]))
     if not changes or draw(st.integers(0, 3)) > 0:
         events = draw(failure_lists(result))
+        if not events and not changes:  # an initial worker always exists (R116)
+            first = pools_of(result)[0]
+            events = [{"pool": first["name"], "pool_worker": 0, "at_us": draw(fleet_times())}]
         if events:
             policy = draw(st.sampled_from(("migrate", "fail")))
             failures: dict[str, Any] = {"events": events, "policy": policy}
