@@ -1110,7 +1110,8 @@ def fleet_changes(draw: st.DrawFn, scenario: dict[str, Any]) -> dict[str, Any]:
     """``scenario`` as a scenario 1.7 whose fleet changes (R109 to R121): each pool drawn a
     ``scaling`` (``scalings``), and three times in four ``failures`` (``failure_lists``) under
     policy ``"migrate"`` (1 to 3 migrations) or ``"fail"``; when neither was drawn, failures
-    are (at least one, of an initial worker). Shrinks towards one failure of worker 0 at 0, migrated once."""
+    are (at least one, of an initial worker). Shrinks towards one failure of worker 0 at 0,
+    migrated once."""
     result = copy.deepcopy(scenario)
     fleet = result["fleet"]
     cache = "kv_cache" in result

@@ -18,7 +18,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from servesim_conformance import disagg_invariants, invariants, pool_invariants, style_invariants
+from servesim_conformance import (
+    disagg_invariants,
+    fleet_invariants,
+    invariants,
+    pool_invariants,
+    style_invariants,
+)
 from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.properties import (
     Documents,
@@ -26,6 +32,7 @@ from servesim_conformance.properties import (
     at_current_version,
     input_bytes,
     reads_disaggregation,
+    reads_fleet_changes,
     reads_kv_cache,
     reads_pools,
     reads_sessions,
@@ -38,6 +45,7 @@ from servesim_conformance.properties import (
 from servesim_conformance.strategies import (
     broken_kv_input_triples,
     disaggregated_input_triples,
+    fleet_input_triples,
     hashed_input_triples_without_cache,
     input_triples,
     kv_input_triples,
@@ -159,6 +167,7 @@ SECTIONS: dict[str, tuple[Callable[[Description], bool], str]] = {
     "pools": (reads_pools, "scenario 1.4 (R86)"),
     "styles": (reads_styles, "scenario 1.5 (R96)"),
     "disaggregation": (reads_disaggregation, "scenario 1.6 (R108)"),
+    "fleet_changes": (reads_fleet_changes, "scenario 1.7 (R124)"),
 }
 
 
@@ -467,3 +476,39 @@ def test_disaggregation_differential_against_reference(
     --differential, and only when both read scenario 1.6)."""
     _needs("disaggregation", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-disaggregation")
+
+
+# --- A fleet that changes (SPEC.md section 18) ---------------------------------------------------
+
+
+@tier
+@given(documents=fleet_input_triples())
+def test_fleet_changes_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R109 to R123 on generated fleets that change (schedules, reactive policies, startup
+    times, failures with and without recovery under both policies, over plain, cached,
+    session, pool, styled and disaggregated inputs): lifecycles along R109's edges only, every
+    failure an input event and every recovery on time, schedule targets reached and reactive
+    bounds kept, no request routed to a worker that is not active, no token produced twice,
+    one terminal state per request, worker time the lifecycle's within the window, the sums of
+    pools and summary, steps cut at failures."""
+    _needs("fleet_changes", description, documents)
+    scenario, _, _ = documents
+    report = runner.report(documents)
+    fleet_invariants.check_fleet_report(scenario, report)
+    invariants.check_token_times(report)
+
+
+@tier
+@given(documents=fleet_input_triples())
+def test_fleet_changes_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on fleets that change (only with
+    --differential, and only when both read scenario 1.7)."""
+    _needs("fleet_changes", description, documents)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-fleet-changes")
