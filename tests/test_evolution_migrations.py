@@ -57,14 +57,24 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = {**scenario_doc(), "schema_version": "1.6"}
+    document = {**scenario_doc(), "schema_version": "1.7"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6")
+    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
     assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
-    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "7.0", "8.0")
+    assert CHAIN.sources("report") == (
+        "1.0",
+        "2.0",
+        "3.0",
+        "4.0",
+        "5.0",
+        "6.0",
+        "7.0",
+        "8.0",
+        "9.0",
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,7 +88,7 @@ def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
     """R53, R57, R64: a 1.0 scenario or workload is a 1.1 one with the same meaning (and a
     scenario a 1.2 and a 1.3 one, a workload a 1.2 one)."""
     migrated = CHAIN.migrate(document).document
-    current = {"scenario": "1.6", "workload": "1.2"}[document["document"]]
+    current = {"scenario": "1.7", "workload": "1.2"}[document["document"]]
     assert migrated == {**document, "schema_version": current}
     kind = document["document"]
     reports = []
@@ -616,7 +626,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.contract.json_reading, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.6"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.7"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0
