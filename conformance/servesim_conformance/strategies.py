@@ -931,20 +931,33 @@ RECOVERY_DELAYS = (1, 300, 3_000)
 
 
 def fleet_times() -> st.SearchStrategy[int]:
-    """When a fleet event happens: mostly within the first 10 ms (generated runs' steps last
-    a few us to 2 ms), sometimes up to 50 ms, so that events fall before, during (decode runs,
-    chunked prefills, transfers) and after the work. Shrinks towards 0."""
+    """When a fleet event happens: within the first 300 us (a quarter of generated runs end
+    by 200 us), within the first 10 ms (half end by 2 ms; steps last a few us to 2 ms), or up
+    to 50 ms, so that events fall before, during (decode runs, chunked prefills, transfers)
+    and after the work. Shrinks towards 0."""
     return st.one_of(
+        st.integers(0, 300),
         st.integers(0, 40).map(lambda value: value * 250),
         st.integers(0, 20).map(lambda value: value * 2_500),
     )
 
 
+#: Gaps between fleet events drawn close together: shorter than a step, than a startup, than
+#: a run, so that a scale-down finds workers still starting (R112) and a request migrated by
+#: one failure meets the next (R118's limit).
+CLOSE_GAPS = (1, 50, 500, 3_000)
+
+
 @st.composite
 def schedules(draw: st.DrawFn) -> list[dict[str, int]]:
-    """R110: 1 to 3 entries at strictly increasing times, targets 0 to 4 (0 switches the pool
-    off: arrivals are then rejected, R114). Shrinks towards one entry at 0 of target 0."""
-    times = sorted(set(draw(st.lists(fleet_times(), min_size=1, max_size=3))))
+    """R110: 1 to 3 entries at strictly increasing times (the first drawn by ``fleet_times``,
+    each later one a ``CLOSE_GAPS`` gap or a ``fleet_times`` span after the previous), targets 0
+    to 4 (0 switches the pool off: arrivals are then rejected, R114). Shrinks towards one entry
+    at 0 of target 0."""
+    times = [draw(fleet_times())]
+    for _ in range(draw(st.integers(0, 2))):
+        gap = draw(st.one_of(st.sampled_from(CLOSE_GAPS), fleet_times().map(lambda v: v + 1)))
+        times.append(times[-1] + gap)
     return [{"at_us": at, "target": draw(st.integers(0, 4))} for at in times]
 
 
@@ -1065,20 +1078,26 @@ def created_when_failing(
 
 @st.composite
 def failure_lists(draw: st.DrawFn, scenario: dict[str, Any]) -> list[dict[str, Any]]:
-    """R116: 1 to 4 failures of the scenario's pools' workers (initial ones mostly, now and then
-    one a scaling may add), with a recovery now and then, made valid by R4: a worker's events
+    """R116: 1 to 5 failures of the scenario's pools' workers (initial ones mostly, now and then
+    one a scaling may add), half of them in clusters (``CLOSE_GAPS`` apart), so that a migrated
+    request meets another failure, with a recovery now and then, made valid by R4: a worker's events
     at strictly increasing times, each after the previous one's recovery, only the last one
     without ``recover_after_us``; under a schedule (or no scaling) only workers the pool has
     created by then (``created_when_failing``); under ``autoscale`` any index (a failure of a
     worker not created is ignored). May return [] (all drawn events invalid)."""
     pools = pools_of(scenario)
     drawn = []
-    for _ in range(draw(st.integers(1, 4))):
+    at = draw(fleet_times())
+    for index in range(draw(st.integers(1, 5))):
         pool = draw(st.sampled_from(pools))
+        if index and draw(st.booleans()):
+            at += draw(st.sampled_from(CLOSE_GAPS))  # a cluster: the same requests, again
+        elif index:
+            at = draw(fleet_times())
         event: dict[str, Any] = {
             "pool": pool["name"],
             "pool_worker": draw(st.integers(0, pool["workers"] + 1)),
-            "at_us": draw(fleet_times()),
+            "at_us": at,
         }
         if draw(st.integers(0, 2)) > 0:
             event["recover_after_us"] = draw(st.sampled_from(RECOVERY_DELAYS))
