@@ -480,19 +480,32 @@ def test_disaggregation_differential_against_reference(
 
 # --- A fleet that changes (SPEC.md section 18) ---------------------------------------------------
 
+#: Fleets that change over every aggregated kind of input (``fleet_input_triples``' bases but
+#: the disaggregated one, which has its own properties below).
+aggregated_fleet_triples = fleet_input_triples(
+    st.one_of(
+        input_triples(),
+        kv_input_triples(),
+        session_input_triples(),
+        session_input_triples(routed_input_triples()),
+        pool_input_triples(),
+        styled_input_triples(),
+    )
+)
 
-@tier
-@given(documents=fleet_input_triples())
-def test_fleet_changes_single_run_invariants(
+#: Until the reference implements R121 (failures in a disaggregated fleet) and reports the
+#: handoff of a request failed at its prefill end (R107), the disaggregated properties of
+#: section 18 cannot pass against it; the lead removes this skip when they are settled.
+DISAGGREGATED_FLEETS_PENDING = pytest.mark.skip(
+    reason="the reference implementation of section 18 (branch fleet-ref) does not implement "
+    "R121 yet (NotImplementedError) and reports handoff null for a request failed at its "
+    "prefill end (R107)"
+)
+
+
+def _check_fleet_run(
     runner: PropertyRunner, description: Description, documents: Documents
 ) -> None:
-    """R109 to R123 on generated fleets that change (schedules, reactive policies, startup
-    times, failures with and without recovery under both policies, over plain, cached,
-    session, pool, styled and disaggregated inputs): lifecycles along R109's edges only, every
-    failure an input event and every recovery on time, schedule targets reached and reactive
-    bounds kept, no request routed to a worker that is not active, no token produced twice,
-    one terminal state per request, worker time the lifecycle's within the window, the sums of
-    pools and summary, steps cut at failures."""
     _needs("fleet_changes", description, documents)
     scenario, _, _ = documents
     report = runner.report(documents)
@@ -501,7 +514,33 @@ def test_fleet_changes_single_run_invariants(
 
 
 @tier
-@given(documents=fleet_input_triples())
+@given(documents=aggregated_fleet_triples)
+def test_fleet_changes_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R109 to R123 on generated fleets that change (schedules, reactive policies, startup
+    times, failures with and without recovery under both policies, over plain, cached,
+    session, pool and styled inputs): lifecycles along R109's edges only, every failure an
+    input event and every recovery on time, schedule targets reached and reactive bounds kept,
+    no request routed to a worker that is not active, no token produced twice, one terminal
+    state per request, worker time the lifecycle's within the window, the sums of pools and
+    summary, steps cut at failures."""
+    _check_fleet_run(runner, description, documents)
+
+
+@DISAGGREGATED_FLEETS_PENDING
+@tier
+@given(documents=fleet_input_triples(disaggregated_input_triples()))
+def test_fleet_changes_disaggregated_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """The same on disaggregated fleets that change (R121: prefill and decode failures,
+    re-handings, decode pools scaled to 0)."""
+    _check_fleet_run(runner, description, documents)
+
+
+@tier
+@given(documents=aggregated_fleet_triples)
 def test_fleet_changes_differential_against_reference(
     runner: PropertyRunner,
     description: Description,
@@ -512,3 +551,19 @@ def test_fleet_changes_differential_against_reference(
     --differential, and only when both read scenario 1.7)."""
     _needs("fleet_changes", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-fleet-changes")
+
+
+@DISAGGREGATED_FLEETS_PENDING
+@tier
+@given(documents=fleet_input_triples(disaggregated_input_triples()))
+def test_fleet_changes_disaggregated_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """The same on disaggregated fleets that change."""
+    _needs("fleet_changes", description, documents)
+    _compare_with_reference(
+        runner, documents, pytestconfig, folder="diverged-fleet-changes-disaggregated"
+    )
