@@ -253,7 +253,7 @@ def test_r108_an_aggregated_report_is_the_migrated_7_0_report() -> None:
     for pool in old["pools"]:
         del pool["role"]
     del old["summary"]["transfers"]
-    migrated = CHAIN.migrate(old, "report", "8.0").document
+    migrated = CHAIN.migrate(old, "report", "9.0").document
     assert canonical_bytes(migrated) == canonical_bytes(report)
 
 

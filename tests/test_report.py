@@ -132,7 +132,7 @@ def _written(result: Any) -> tuple[bytes, dict[str, Any]]:
 
 def test_r52_without_a_cache_the_report_says_null_and_zero() -> None:
     _, report = _written(_simulated(trace=True))
-    assert report["schema_version"] == "8.0"
+    assert report["schema_version"] == "9.0"
     assert report["summary"]["kv_cache"] is None
     assert report["summary"]["rejected_by_reason"]["exceeds_kv_cache"] == 0
     assert [worker["kv_cache"] for worker in report["workers"]] == [None, None]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from servesim.contract.errors import UnrepresentableFleet
 from servesim.contract.model import Pool, Scenario, TimingProfile, Workload
 from servesim.engine.block_memory import BlockMemory
+from servesim.engine.handoff import Handoff
 from servesim.engine.kv.held import HeldBlocks
 from servesim.engine.loop import (
     ARRIVAL,
@@ -247,10 +248,6 @@ class FleetEventLoop(EventLoop):
         progress: ProgressCallback | None = None,
     ) -> None:
         super().__init__(scenario, workload, timing, record_trace=record_trace, progress=progress)
-        if scenario.disaggregated and scenario.failures is not None:
-            raise NotImplementedError(
-                "R121: failures in a disaggregated fleet are not implemented in this reference yet"
-            )
         self.runs = False  # every step one at a time: a failure or a tick may come at any time
         self.pools = scenario.pools
         self.failures = scenario.failures
@@ -344,8 +341,9 @@ class FleetEventLoop(EventLoop):
         was = life.state
         ranks = unit.ranks if isinstance(unit, RankGroup) else [unit]
         in_flight = self._cut(unit, now_us)  # 1. the pass in flight is cut
-        # 2. the requests on the worker, and their lost tokens (R46, with the cut pass's)
-        affected: list[tuple[RequestState, Worker, int]] = []
+        # 2. the requests on the worker, and their lost tokens (R46, with the cut pass's);
+        # R121: in a disaggregated fleet also those whose KV it holds or was to receive
+        affected: list[tuple[RequestState, Worker, int, bool]] = []  # (.., re-handed)
         for rank in ranks:
             allotted = {
                 id(state): tokens
@@ -357,15 +355,21 @@ class FleetEventLoop(EventLoop):
                 id(state) for step in in_flight if step.rank == rank.rank for state in step.decode
             }
             for state in rank.running:
-                affected.append((state, rank, _cached_tokens(state, rank, allotted, decoding)))
+                lost = _cached_tokens(state, rank, allotted, decoding)
+                affected.append((state, rank, lost, False))
             for state in rank.waiting:
-                affected.append((state, rank, 0))
+                affected.append((state, rank, 0, False))
+        changed: set[Worker] = set()  # R121: decode schedulers whose queue or blocks changed
+        if self.disaggregated:
+            affected.extend(self._disaggregated_affected(ranks, changed, now_us))
         affected.sort(key=lambda item: item[0].position)
         for rank in ranks:  # 3. the cache is lost; the worker keeps no request
             self._empty(rank)
+            changed.discard(rank)
         if isinstance(unit, RankGroup):
             unit.in_flight = None
             unit.carry = CarriedSteps(len(unit.ranks))
+        self.ready.pop(unit.index, None)
         life.enter(FAILED, now_us)  # 4. the state
         self.routers[_side(self, unit)].forget(unit.index)
         recover = event.recover_after_us
@@ -379,13 +383,16 @@ class FleetEventLoop(EventLoop):
         policy = self.failures.policy
         limit = self.failures.max_migrations
         pool_name = self.pools[pool_index].name
-        for state, rank, lost in affected:
+        sources: list[Worker] = []  # prefill schedulers that released blocks (R121)
+        for state, rank, lost, rehanded in affected:
             fate = self.fates.setdefault(state.position, RequestFate())
             fate.lost_tokens += lost
             life.lost_tokens += lost
             if policy == "fail" or (limit is not None and len(fate.migrations) >= limit):
                 life.failed_requests += 1
                 reason = "worker_failure" if policy == "fail" else "migration_limit"
+                if rehanded:  # R121: its prefill scheduler releases its blocks
+                    sources.append(self._release_source(state))
                 self._fail(state, fate, reason, now_us)
                 continue
             life.migrated_out += 1
@@ -393,10 +400,110 @@ class FleetEventLoop(EventLoop):
             fate.migrations.append(
                 Migration(now_us, unit.index, pool_name, rank.rank, produced, lost)
             )
+            if rehanded:  # R121: Held again on its prefill scheduler, routed on the decode side
+                handoff = state.handoff
+                assert handoff is not None
+                decode = self._choose(state, "decode")
+                if decode is None:
+                    sources.append(self._release_source(state))
+                    self._fail(state, fate, "no_routable_worker", now_us)
+                    continue
+                _rehand(state, handoff, decode)
+                changed.add(decode)
+                continue
             fate.limit = lost
             fate.counted = []
             state.recomputing = produced > 0
+            _reset_for_prefill(state)
             heapq.heappush(self.queue, (now_us, ARRIVAL, state.position, -1 - state.position))
+        # R121: the decode schedulers the failure changed are tried, in (worker, rank) order;
+        # the workers that lost or released something may now be drained
+        for decode in sorted(changed, key=lambda each: each.scheduler):
+            self._try_reservations(decode, now_us)
+            self._request_unit_scheduling(self.units[decode.index], now_us)
+        for source in sources:
+            self._request_unit_scheduling(self.units[source.index], now_us)
+        for other in {*changed, *sources}:
+            if self.lives[other.index].state == DRAINING:
+                self._removed_if_drained(self.units[other.index], now_us)
+
+    def _disaggregated_affected(
+        self, ranks: list[Worker], changed: set[Worker], now_us: int
+    ) -> list[tuple[RequestState, Worker, int, bool]]:
+        """R121: the requests a failure of ``ranks`` affects beyond its queues: on a prefill
+        worker, those whose KV it holds (Pending, Transferring; a Ready one keeps its
+        activation, its source release then doing nothing); on a decode worker, those Pending
+        in its reservation queues, Transferring or Ready to it (re-handed)."""
+        affected: list[tuple[RequestState, Worker, int, bool]] = []
+        mine = set(ranks)
+        if ranks[0].role == "prefill":
+            for state in self.states:
+                handoff = state.handoff
+                if (
+                    handoff is None
+                    or handoff.source not in mine
+                    or handoff.activation_us is not None
+                    or state.terminal_us is not None
+                ):
+                    continue
+                if handoff.transfer_end_us is not None:  # Ready: its KV is on its decode side
+                    handoff.source_blocks = HeldBlocks()
+                    continue
+                decode = handoff.decode
+                assert decode is not None
+                if state in decode.pending:
+                    decode.pending.remove(state)
+                else:  # Transferring: the blocks reserved for it are released (R46)
+                    decode.incoming.remove(state)
+                    decode.memory.release(state)
+                decode.outstanding -= 1
+                decode.load_blocks -= decode.memory.prompt_blocks(state)
+                changed.add(decode)
+                handoff.source_blocks = HeldBlocks()
+                affected.append((state, handoff.source, state.prefill_target, False))
+            return affected
+        for rank in ranks:
+            for state in [*rank.pending, *rank.incoming]:  # Pending, Transferring or Ready
+                affected.append((state, rank, 0, True))
+            rank.pending.clear()
+            rank.incoming.clear()
+        return affected
+
+    def _release_source(self, state: RequestState) -> Worker:
+        """R121: a request failed while its KV is still on its prefill scheduler: that
+        scheduler releases its blocks (R46) now."""
+        handoff = state.handoff
+        assert handoff is not None
+        source = handoff.source
+        memory = source.memory
+        assert isinstance(memory, BlockMemory)
+        memory.cache.release(handoff.source_blocks)
+        handoff.source_blocks = HeldBlocks()
+        return source
+
+    def transfer_end(self, now_us: int, order: int, position: int) -> None:
+        """R104, unless a failure discarded the transfer (R121)."""
+        handoff = self.states[position].handoff
+        if (
+            handoff is None
+            or handoff.decode is None
+            or handoff.transfer_end_us is not None
+            or handoff.reserved_us is None
+            or handoff.transfer_us is None
+            or handoff.reserved_us + handoff.transfer_us != now_us
+            or self.states[position] not in handoff.decode.incoming
+        ):
+            return
+        super().transfer_end(now_us, order, position)
+
+    def _activate(self, state: RequestState, now_us: int) -> None:
+        """R104, then R112: a draining prefill worker whose last request left is removed."""
+        super()._activate(state, now_us)
+        handoff = state.handoff
+        assert handoff is not None
+        source = self.units[handoff.source.index]
+        if self.lives[source.index].state == DRAINING:
+            self._removed_if_drained(source, now_us)
 
     def transition(self, now_us: int, order: int, subject: int) -> None:
         """R111: a startup end; R119: a recovery start."""
@@ -515,7 +622,10 @@ class FleetEventLoop(EventLoop):
             fate = self.fates.setdefault(state.position, RequestFate())
             source.memory.release(state)
             self._fail(state, fate, "no_routable_worker", now_us)
-            self._request_unit_scheduling(self.units[source.index], now_us)
+            unit = self.units[source.index]
+            self._request_unit_scheduling(unit, now_us)
+            if self.lives[unit.index].state == DRAINING:
+                self._removed_if_drained(unit, now_us)
             return
         self._join_decode(state, source, decode, now_us)
 
@@ -684,6 +794,17 @@ class FleetEventLoop(EventLoop):
         """R112: a draining worker with no pass in flight and no request is removed."""
         if unit.in_flight is not None or _has_work(unit):
             return
+        if self.disaggregated and _role(unit) == "prefill":  # R112: it holds their blocks
+            ranks = set(unit.ranks if isinstance(unit, RankGroup) else [unit])
+            for state in self.states:
+                handoff = state.handoff
+                if (
+                    handoff is not None
+                    and handoff.source in ranks
+                    and handoff.activation_us is None
+                    and state.terminal_us is None
+                ):
+                    return
         self.lives[unit.index].enter(REMOVED, now_us)
         self.changes_counts.drained += 1
 
@@ -724,6 +845,35 @@ def _cached_tokens(
         context = state.request.prompt_tokens + state.token_times_us.count + state.hidden - 1
         return context + (1 if id(state) in decoding else 0)
     return state.prefilled + allotted.get(id(state), 0)
+
+
+def _reset_for_prefill(state: RequestState) -> None:
+    """R118, R121: a migrated request arrives (on the prefill side) with no handoff; its
+    hidden token is hidden again, its identities those of the cache it meets next."""
+    state.handoff = None
+    state.hidden = 0
+    state.identities = None
+    state.output_limit = state.request.max_output_tokens
+    state.prefilled = 0
+    state.decoding = False
+    state.cached_tokens = 0
+    state.blocks = HeldBlocks()
+
+
+def _rehand(state: RequestState, old: Handoff, decode: Worker) -> None:
+    """R121: a request re-handed after its decode worker failed joins ``decode``'s
+    reservation queue, its KV still on its prefill scheduler (its prefill end unchanged)."""
+    handoff = Handoff(
+        prefill_end_us=old.prefill_end_us, source=old.source, source_blocks=old.source_blocks
+    )
+    handoff.decode = decode
+    state.handoff = handoff
+    state.blocks = HeldBlocks()
+    state.cached_tokens = 0
+    decode.routed += 1
+    decode.outstanding += 1
+    decode.load_blocks += decode.memory.prompt_blocks(state)
+    decode.pending.append(state)
 
 
 def _has_requests(unit: Unit) -> bool:

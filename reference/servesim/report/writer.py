@@ -761,6 +761,35 @@ def report_chunks(
         fleet,
     )
     fates = {} if fleet is None else fleet.fates
+    # everything above ran now (a sum past R6's bound is found before any byte is written);
+    # the bytes below are made as they are read
+    return _report_bytes(
+        result,
+        digests,
+        pool_entries,
+        summary,
+        workers,
+        pools,
+        pool_of,
+        first_scheduler,
+        fates,
+        first_arrival_us + makespan_us,
+    )
+
+
+def _report_bytes(
+    result: SimulationResult,
+    digests: dict[str, Any],
+    pool_entries: list[dict[str, Any]],
+    summary: dict[str, Any],
+    workers: list[dict[str, Any]],
+    pools: tuple[Pool, ...],
+    pool_of: list[int],
+    first_scheduler: list[int],
+    fates: Mapping[int, RequestFate],
+    latest_us: int,
+) -> Iterator[bytes]:
+    """R31: the report's bytes, in pieces (``report_chunks``)."""
     sessions = [canonical_bytes(session) for session in result.sessions]
     step_ends = _step_end_items(result.workers)
     pool_names = [canonical_bytes(pool.name) for pool in pools]
@@ -787,7 +816,7 @@ def report_chunks(
     if result.steps is None:
         yield b"null"
     else:
-        yield from encoded_array(_trace(result.steps, first_arrival_us + makespan_us))
+        yield from encoded_array(_trace(result.steps, latest_us))
     yield b',"workers":' + canonical_bytes(workers) + b"}\n"
 
 
