@@ -930,13 +930,16 @@ STARTUP_TIMES = (0, 1, 250, 2_000, 20_000)
 RECOVERY_DELAYS = (1, 300, 3_000)
 
 
-def fleet_times() -> st.SearchStrategy[int]:
+def fleet_times(horizon: int | None = None) -> st.SearchStrategy[int]:
     """When a fleet event happens: within the first 300 us (a quarter of generated runs end
     by 200 us), within the first 10 ms (half end by 2 ms; steps last a few us to 2 ms), or up
     to 50 ms, so that events fall before, during (decode runs, chunked prefills, transfers)
-    and after the work. Shrinks towards 0."""
+    and after the work; with a ``horizon`` (the workload's last arrival and a little more), as
+    often anywhere before it, so that workers change while requests still arrive. Shrinks
+    towards 0."""
     return st.one_of(
         st.integers(0, 300),
+        *([st.integers(0, horizon)] if horizon is not None else []),
         st.integers(0, 40).map(lambda value: value * 250),
         st.integers(0, 20).map(lambda value: value * 2_500),
     )
@@ -949,14 +952,15 @@ CLOSE_GAPS = (1, 50, 500, 3_000)
 
 
 @st.composite
-def schedules(draw: st.DrawFn) -> list[dict[str, int]]:
+def schedules(draw: st.DrawFn, horizon: int | None = None) -> list[dict[str, int]]:
     """R110: 1 to 3 entries at strictly increasing times (the first drawn by ``fleet_times``,
     each later one a ``CLOSE_GAPS`` gap or a ``fleet_times`` span after the previous), targets 0
     to 4 (0 switches the pool off: arrivals are then rejected, R114). Shrinks towards one entry
     at 0 of target 0."""
-    times = [draw(fleet_times())]
+    times = [draw(fleet_times(horizon))]
     for _ in range(draw(st.integers(0, 2))):
-        gap = draw(st.one_of(st.sampled_from(CLOSE_GAPS), fleet_times().map(lambda v: v + 1)))
+        later = fleet_times(horizon).map(lambda value: value + 1)
+        gap = draw(st.one_of(st.sampled_from(CLOSE_GAPS), later))
         times.append(times[-1] + gap)
     return [{"at_us": at, "target": draw(st.integers(0, 4))} for at in times]
 
@@ -985,7 +989,9 @@ def autoscales(draw: st.DrawFn, *, workers: int, cache: bool) -> dict[str, Any]:
 
 
 @st.composite
-def scalings(draw: st.DrawFn, *, workers: int, cache: bool) -> dict[str, Any] | None:
+def scalings(
+    draw: st.DrawFn, *, workers: int, cache: bool, horizon: int | None = None
+) -> dict[str, Any] | None:
     """R110: a pool's ``scaling``: none, a startup time alone (it times recoveries, R119), a
     schedule or a reactive policy (at most one, R110), each with a drawn ``startup_us`` now and
     then absent (0). Shrinks towards none."""
@@ -997,7 +1003,7 @@ def scalings(draw: st.DrawFn, *, workers: int, cache: bool) -> dict[str, Any] | 
     if startup or draw(st.booleans()):
         scaling["startup_us"] = startup
     if kind == "schedule":
-        scaling["schedule"] = draw(schedules())
+        scaling["schedule"] = draw(schedules(horizon))
     elif kind == "autoscale":
         scaling["autoscale"] = draw(autoscales(workers=workers, cache=cache))
     return scaling
@@ -1077,7 +1083,9 @@ def created_when_failing(
 
 
 @st.composite
-def failure_lists(draw: st.DrawFn, scenario: dict[str, Any]) -> list[dict[str, Any]]:
+def failure_lists(
+    draw: st.DrawFn, scenario: dict[str, Any], horizon: int | None = None
+) -> list[dict[str, Any]]:
     """R116: 1 to 5 failures of the scenario's pools' workers (initial ones mostly, now and then
     one a scaling may add), half of them in clusters (``CLOSE_GAPS`` apart), so that a migrated
     request meets another failure, with a recovery now and then, made valid by R4: a worker's events
@@ -1087,13 +1095,13 @@ def failure_lists(draw: st.DrawFn, scenario: dict[str, Any]) -> list[dict[str, A
     worker not created is ignored). May return [] (all drawn events invalid)."""
     pools = pools_of(scenario)
     drawn = []
-    at = draw(fleet_times())
+    at = draw(fleet_times(horizon))
     for index in range(draw(st.integers(1, 5))):
         pool = draw(st.sampled_from(pools))
         if index and draw(st.booleans()):
             at += draw(st.sampled_from(CLOSE_GAPS))  # a cluster: the same requests, again
         elif index:
-            at = draw(fleet_times())
+            at = draw(fleet_times(horizon))
         event: dict[str, Any] = {
             "pool": pool["name"],
             "pool_worker": draw(st.integers(0, pool["workers"] + 1)),
@@ -1125,27 +1133,31 @@ def failure_lists(draw: st.DrawFn, scenario: dict[str, Any]) -> list[dict[str, A
 
 
 @st.composite
-def fleet_changes(draw: st.DrawFn, scenario: dict[str, Any]) -> dict[str, Any]:
+def fleet_changes(
+    draw: st.DrawFn, scenario: dict[str, Any], horizon: int | None = None
+) -> dict[str, Any]:
     """``scenario`` as a scenario 1.7 whose fleet changes (R109 to R121): each pool drawn a
     ``scaling`` (``scalings``), and three times in four ``failures`` (``failure_lists``) under
     policy ``"migrate"`` (1 to 3 migrations) or ``"fail"``; when neither was drawn, failures
-    are (at least one, of an initial worker). Shrinks towards one failure of worker 0 at 0,
-    migrated once."""
+    are (at least one, of an initial worker). Event times by ``fleet_times(horizon)``. Shrinks
+    towards one failure of worker 0 at 0, migrated once."""
     result = copy.deepcopy(scenario)
     fleet = result["fleet"]
     cache = "kv_cache" in result
     for pool in fleet.get("pools", [fleet]):
-        scaling = draw(scalings(workers=pool["workers"], cache=cache or "kv_cache" in pool))
+        has_cache = cache or "kv_cache" in pool
+        scaling = draw(scalings(workers=pool["workers"], cache=has_cache, horizon=horizon))
         if scaling is not None:
             pool["scaling"] = scaling
     changes = any("scaling" in pool for pool in fleet.get("pools", [fleet]))
     if not changes or draw(st.integers(0, 3)) > 0:
-        events = draw(failure_lists(result))
+        events = draw(failure_lists(result, horizon))
         if not events and not changes:  # an initial worker always exists (R116)
             first = pools_of(result)[0]
-            events = [{"pool": first["name"], "pool_worker": 0, "at_us": draw(fleet_times())}]
+            at = draw(fleet_times(horizon))
+            events = [{"pool": first["name"], "pool_worker": 0, "at_us": at}]
         if events:
-            policy = draw(st.sampled_from(("migrate", "fail")))
+            policy = draw(st.sampled_from(("migrate", "migrate", "fail")))  # migrate 2 in 3
             failures: dict[str, Any] = {"events": events, "policy": policy}
             if policy == "migrate":
                 failures["max_migrations"] = draw(st.integers(1, 3))
@@ -1173,4 +1185,5 @@ def fleet_input_triples(
         disaggregated_input_triples(),
     )
     scenario, workload, timing = draw(base if base is not None else triples)
-    return draw(fleet_changes(scenario)), workload, timing
+    horizon = max(request["arrival_us"] for request in workload["requests"]) + 1_000
+    return draw(fleet_changes(scenario, horizon)), workload, timing
