@@ -8,9 +8,9 @@ plain, cached, session, pool, styled and disaggregated triples whose pools are g
 reactive policies and startup times, with failures (with and without recovery, of initial and
 added workers) under both policies; and bases chosen so that failures fall inside decode runs
 (long outputs), chunked prefills (small chunks) and transfers (slow links). Exit codes are
-compared too. Every report the two agree on is also held to ``fleet_invariants``. The
-disaggregated comparisons are marked ``HANDOFF_READINGS`` (an expected failure on one member,
-``handoff``, that the two read differently; see there) until the lead settles it.
+compared too. Every report the two agree on is also held to ``fleet_invariants``. Where the
+two read the section differently on a question the lead has not settled (``KNOWN_READINGS``), a
+difference confined to the members in question is recorded as a hypothesis event, not failed.
 
 ``SERVESIM_FLEET_EXAMPLES`` sets the examples of each test (default 25, for CI time);
 ``SERVESIM_FLEET_EXAMPLES=1000`` runs a large batch.
@@ -23,6 +23,7 @@ import copy
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -117,19 +118,81 @@ def note_what_happened(report: bytes | None) -> None:
             event(f"fleet: {member}")
 
 
+#: Where the two implementations read section 18 differently and the lead has not settled it
+#: yet: a difference confined to these members is recorded (a hypothesis event naming the
+#: question) and not failed; any other difference fails. Remove an entry when its question is
+#: settled (and both implementations follow the answer).
+#:
+#: - RQ2 (docs/design/issue-27-reference-questions.md; R118): whether a new attempt's allotment
+#:   in a step later cut by a failure "computes" its positions for ``recomputed_tokens`` (the
+#:   reference: no, only a step that ends; the plain loop: yes, when the step is formed).
+#: - R107, R121 (``handoff``): the handoff of a request that fails for want of a routable worker
+#:   at its prefill end or at a migration arrival (the reference: null; the plain loop: its last
+#:   prefill end's, with what its discarded transfer had), and so the reservation waits.
+KNOWN_READINGS = {
+    "RQ2: recomputed_tokens of a cut allotment": re.compile(
+        r"^/(requests/\d+|summary)/recomputed_tokens$"
+    ),
+    "R107/R121: handoff of a request failed for want of a routable worker": re.compile(
+        r"^/requests/\d+/handoff(/.*)?$|^/summary/transfers/reservation_wait_us/\w+$"
+    ),
+}
+
+
+def differences(first: Any, second: Any, where: str = "") -> list[str]:
+    """The JSON pointers at which two report values differ (a whole member when one side is
+    null or the types differ)."""
+    if isinstance(first, dict) and isinstance(second, dict):
+        found: list[str] = []
+        for key in sorted(set(first) | set(second)):
+            found += differences(first.get(key), second.get(key), f"{where}/{key}")
+        return found
+    if isinstance(first, list) and isinstance(second, list) and len(first) == len(second):
+        found = []
+        for index, (one, other) in enumerate(zip(first, second, strict=True)):
+            found += differences(one, other, f"{where}/{index}")
+        return found
+    return [] if first == second else [where]
+
+
+def known_reading(reference: bytes | None, plain: bytes | None) -> str | None:
+    """The ``KNOWN_READINGS`` questions that explain every difference of two reports, or None
+    when one difference is not explained (or there is no report to compare)."""
+    if reference is None or plain is None:
+        return None
+    pointers = differences(json.loads(reference), json.loads(plain))
+    names = set()
+    for pointer in pointers:
+        name = next((n for n, pattern in KNOWN_READINGS.items() if pattern.match(pointer)), None)
+        if name is None:
+            return None
+        names.add(name)
+    return "; ".join(sorted(names)) if names else None
+
+
 def assert_agree(
-    documents: Documents, *, trace: bool = True, generated: bool = True
+    documents: Documents, *, trace: bool = True, generated: bool = True, tolerate: bool = True
 ) -> dict[str, Any] | None:
-    """Both give the same exit code and bytes; the report (if any) keeps the fleet invariants.
-    ``generated``: within a hypothesis test (which records what happened)."""
+    """Both give the same exit code and bytes (or, with ``tolerate``, differ only where a
+    ``KNOWN_READINGS`` question says, which is recorded); the report (the plain loop's, equal
+    to the reference's but for those questions) keeps the fleet invariants. ``generated``:
+    within a hypothesis test (events recorded). Returns the reference's report value."""
     reference = reference_outcome(documents, trace=trace)
+    plain = plain_outcome(documents, trace=trace)
     if generated:
         note_what_happened(reference[1])
-    assert reference == plain_outcome(documents, trace=trace)
-    if reference[1] is None:
+    if reference != plain:
+        reading = known_reading(reference[1], plain[1]) if reference[0] == plain[0] else None
+        if not (tolerate and reading is not None):
+            assert reference == plain
+        if generated:
+            event(f"differs where a question is open: {reading}")
+    if reference[1] is None or plain[1] is None:
         return None
+    # the invariants read R107 as the plain loop does (a handoff for every prefill that ended),
+    # so where the two differ on an open question they are checked on the plain loop's report
     value: dict[str, Any] = json.loads(reference[1])
-    fleet_invariants.check_fleet_report(documents[0], value)
+    fleet_invariants.check_fleet_report(documents[0], json.loads(plain[1]))
     return value
 
 
@@ -172,7 +235,7 @@ def slow_links(draw: st.DrawFn) -> Documents:
 
 
 #: Every aggregated kind of input (``fleet_input_triples``' bases but the disaggregated one).
-aggregated = st.one_of(
+aggregated_triples = st.one_of(
     input_triples(),
     kv_input_triples(),
     session_input_triples(),
@@ -181,28 +244,16 @@ aggregated = st.one_of(
     styled_input_triples(),
 )
 
-#: R107, R114, R121: the two implementations read a failed request's ``handoff`` differently
-#: (the reference writes null when the request fails for want of a routable worker at its
-#: prefill end or at a migration arrival; the plain loop writes the handoff of its last
-#: prefill end). Until the lead settles it, the disaggregated comparisons are expected to fail
-#: on that member now and then (an ``AssertionError``; anything else still fails the test).
-HANDOFF_READINGS = pytest.mark.xfail(
-    raises=AssertionError,
-    strict=False,
-    reason="R107/R121: handoff of a request failed for want of a routable worker: null in the "
-    "reference, the last prefill end's in the plain loop (reported to the lead)",
-)
-
 
 @settings(max_examples=EXAMPLES)
-@given(fleet_input_triples(aggregated))
+@given(fleet_input_triples(aggregated_triples))
 def test_reference_equals_plain_loop_on_fleets_that_change(documents: Documents) -> None:
     """R109 to R120 and R122, R123 over every aggregated kind of input."""
     assert_agree(documents)
 
 
 @settings(max_examples=EXAMPLES)
-@given(fleet_input_triples(aggregated))
+@given(fleet_input_triples(aggregated_triples))
 def test_reference_equals_plain_loop_on_fleets_that_change_without_the_trace(
     documents: Documents,
 ) -> None:
@@ -210,7 +261,6 @@ def test_reference_equals_plain_loop_on_fleets_that_change_without_the_trace(
     assert_agree(documents, trace=False)
 
 
-@HANDOFF_READINGS
 @settings(max_examples=EXAMPLES)
 @given(fleet_input_triples(disaggregated_input_triples()))
 def test_reference_equals_plain_loop_on_disaggregated_fleets_that_change(
@@ -239,7 +289,6 @@ def test_reference_equals_plain_loop_with_failures_in_chunked_prefills(
     assert_agree(documents)
 
 
-@HANDOFF_READINGS
 @settings(max_examples=EXAMPLES)
 @given(fleet_input_triples(slow_links()))
 def test_reference_equals_plain_loop_with_failures_in_transfers(documents: Documents) -> None:
@@ -369,7 +418,8 @@ def test_a_prefill_failure_during_a_transfer_leaves_no_routable_worker() -> None
     100 prompt tokens, R121), it migrates, and its migration arrival finds no routable prefill
     worker, so it fails (R114, R118)."""
     failures = migrate({"pool": "p", "pool_worker": 0, "at_us": 1000})
-    value = assert_agree((disaggregated(failures), one_request(100, 3), STEP), generated=False)
+    documents = (disaggregated(failures), one_request(100, 3), STEP)
+    value = assert_agree(documents, generated=False, tolerate=False)
     assert value is not None
     a = value["requests"][0]
     assert (a["outcome"], a["fail_reason"], a["terminal_us"]) == (

@@ -1088,7 +1088,10 @@ def failure_lists(
 ) -> list[dict[str, Any]]:
     """R116: 1 to 5 failures of the scenario's pools' workers (initial ones mostly, now and then
     one a scaling may add), half of them in clusters (``CLOSE_GAPS`` apart), so that a migrated
-    request meets another failure, with a recovery now and then, made valid by R4: a worker's events
+    request meets another failure, with a recovery now and then, and, under a schedule, now and
+    then one of the worker a scale-down drains first just after a decision (R112, R117), and
+    one time in three a chain of failures of workers 0 and 1 in turn (R118's limit); made
+    valid by R4: a worker's events
     at strictly increasing times, each after the previous one's recovery, only the last one
     without ``recover_after_us``; under a schedule (or no scaling) only workers the pool has
     created by then (``created_when_failing``); under ``autoscale`` any index (a failure of a
@@ -1110,6 +1113,30 @@ def failure_lists(
         if draw(st.integers(0, 2)) > 0:
             event["recover_after_us"] = draw(st.sampled_from(RECOVERY_DELAYS))
         drawn.append(event)
+    pairs = [pool for pool in pools if pool["workers"] >= 2]
+    if pairs and draw(st.integers(0, 2)) == 0:  # R118: a chain of failures chasing the requests
+        pool = draw(st.sampled_from(pairs))  # they migrate to (workers 0 and 1, in turn)
+        start, gap = draw(fleet_times(horizon)), draw(st.sampled_from(CLOSE_GAPS[1:]))
+        for link in range(draw(st.integers(2, 4))):
+            drawn.append(
+                {
+                    "pool": pool["name"],
+                    "pool_worker": link % 2,
+                    "at_us": start + link * gap,
+                    "recover_after_us": 1,
+                }
+            )
+    for pool in pools:  # R112, R117: the worker a scale-down drains first fails while draining
+        schedule = (pool["scaling"] or {}).get("schedule", [])
+        if schedule and draw(st.booleans()):
+            entry = draw(st.sampled_from(schedule))
+            event = {
+                "pool": pool["name"],
+                "pool_worker": pool["workers"] - 1,
+                "at_us": entry["at_us"] + draw(st.sampled_from(CLOSE_GAPS)),
+                "recover_after_us": draw(st.sampled_from(RECOVERY_DELAYS)),
+            }
+            drawn.append(event)
     drawn.sort(key=lambda event: event["at_us"])
     valid: list[dict[str, Any]] = []
     last: dict[tuple[str, int], dict[str, Any]] = {}
@@ -1160,7 +1187,7 @@ def fleet_changes(
             policy = draw(st.sampled_from(("migrate", "migrate", "fail")))  # migrate 2 in 3
             failures: dict[str, Any] = {"events": events, "policy": policy}
             if policy == "migrate":
-                failures["max_migrations"] = draw(st.integers(1, 3))
+                failures["max_migrations"] = draw(st.sampled_from((1, 1, 2, 3)))
             result["failures"] = failures
     result["schema_version"] = "1.7"
     return result
