@@ -428,6 +428,32 @@ def test_r113_a_static_fleet_gives_the_migrated_8_0_report(tmp_path: Path) -> No
     assert {**migrated, "schema_version": "9.0"} == static
 
 
+def test_r113_every_golden_case_through_section_18s_loop_is_unchanged(tmp_path: Path) -> None:
+    """Every valid golden case, given a scaling with only ``startup_us`` 0 in every pool (so
+    that its fleet takes section 18's event loop but never changes: no decision, no failure),
+    gives its golden report, but for the scenario's digest (R113: without fleet events the
+    order is R7's and R104's; R114: the candidates are every worker)."""
+    from servesim_conformance.corpus import Expect, load_corpus
+    from tests.golden_snapshots import GOLDEN
+
+    cases = [case for case in load_corpus(GOLDEN).cases if case.expectation is Expect.REPORT]
+    assert cases
+    for case in cases:
+        paths = case.input_paths()
+        value = json.loads(Path(paths["scenario"]).read_text(encoding="utf-8"))
+        value["schema_version"] = "1.7"
+        holders = value["fleet"].get("pools", [value["fleet"]])
+        for holder in holders:
+            holder["scaling"] = {"startup_us": 0}
+        changed = tmp_path / "scenario.json"
+        changed.write_text(json.dumps(value), encoding="utf-8")
+        profiles = case.pool_profiles() or paths["timing_profile"]
+        report = json.loads(servesim.replay(changed, paths["workload"], profiles, trace=case.trace))
+        expected = json.loads((case.folder / "expected-report.json").read_bytes())
+        report["inputs"]["scenario"] = expected["inputs"]["scenario"]
+        assert report == expected, case.id
+
+
 def test_r113_fleet_events_after_the_last_terminal_time_are_dropped(tmp_path: Path) -> None:
     # Pool a (autoscale, interval 20) and pool b (schedule at 25); A (0, 10, 1) on worker 0
     # completes at 20, the last terminal time. The tick at 20, a failure at 20 and one at 30,
@@ -1165,6 +1191,32 @@ def test_r121_prefill_failure_leaves_a_ready_request_alone(tmp_path: Path) -> No
     assert (worker["failures"], worker["migrated_out"], worker["failed_requests"]) == (1, 0, 0)
 
 
+def test_r121_a_migrated_request_keeps_its_last_handoff_until_the_next(tmp_path: Path) -> None:
+    # A (0, 10, 5) -> prefill 0: 0-20, Held, decode 2 reserved at 20, transfer 20-30, activated
+    # at 30; decode passes 30-40 (token 40), 40-50 cut by decode 2's failure at 45: A (k = 1)
+    # migrates to the prefill side, worker 1 (last 0), L = 11: 45-66. The stop at 60 cuts it
+    # off first: its last handoff is still the first one (R121: "its last handoff"), and that
+    # transfer ended, so summary.transfers counts it.
+    scen = disaggregated(
+        {
+            "events": [{"pool": "d", "pool_worker": 0, "at_us": 45}],
+            "policy": "migrate",
+            "max_migrations": 1,
+        }
+    )
+    scen["stop_at_us"] = 60
+    report = replay(tmp_path, scen, workload(("A", 0, 10, 5)))
+    a = by_id(report)["A"]
+    assert (a["outcome"], a["worker"], a["token_times_us"]) == ("cut_off", 1, [40])
+    handoff = a["handoff"]
+    assert (handoff["prefill_end_us"], handoff["decode_worker"], handoff["activation_us"]) == (
+        20,
+        2,
+        30,
+    )
+    assert report["summary"]["transfers"]["count"] == 1
+
+
 # --- R122 ---------------------------------------------------------------------------------
 
 
@@ -1319,3 +1371,65 @@ def test_r6_a_summed_report_integer_past_2_53_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert not output.exists()
     assert "worker_us" in result.stderr
+
+
+# --- R4, R5: section 18's semantic faults through the command line --------------------------
+
+AUTOSCALE = {
+    "interval_us": 100,
+    "metric": "waiting_per_worker",
+    "up_permille": 500,
+    "down_permille": 100,
+    "min": 1,
+    "max": 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("members", "pointer"),
+    [
+        (
+            {"scaling": {"schedule": [{"at_us": 5, "target": 2}, {"at_us": 5, "target": 1}]}},
+            "/fleet/scaling/schedule/1/at_us",
+        ),
+        (
+            {"scaling": {"autoscale": {**AUTOSCALE, "down_permille": 500}}},
+            "/fleet/scaling/autoscale/down_permille",
+        ),
+        (
+            {"scaling": {"autoscale": {**AUTOSCALE, "min": 3, "max": 2}}},
+            "/fleet/scaling/autoscale/min",
+        ),
+        ({"scaling": {"autoscale": {**AUTOSCALE, "min": 2, "max": 3}}}, "/fleet/workers"),
+        (
+            {"scaling": {"autoscale": {**AUTOSCALE, "metric": "kv_use"}}},
+            "/fleet/scaling/autoscale/metric",
+        ),
+        ({"failures": fail((1, 5))}, "/failures/events/0/pool_worker"),
+        ({"failures": fail((0, 5, 10), (0, 15))}, "/failures/events/1/at_us"),
+        (
+            {
+                "failures": {
+                    "events": [{"pool": "x", "pool_worker": 0, "at_us": 1}],
+                    "policy": "fail",
+                }
+            },
+            "/failures/events/0/pool",
+        ),
+    ],
+)
+def test_r4_section_18_faults_exit_2_with_the_pointer(
+    tmp_path: Path, members: dict[str, Any], pointer: str
+) -> None:
+    """R5: each fault is reported with the file and its pointer, exit 2, nothing written."""
+    scen = scenario(1)
+    if "scaling" in members:
+        scen["fleet"]["scaling"] = members["scaling"]
+    if "failures" in members:
+        scen["failures"] = members["failures"]
+    paths = write_inputs(tmp_path, scen, workload(KEEPER), timing_doc(**PROFILE))
+    output = tmp_path / "report.json"
+    result = run_servesim(*replay_args(paths, output))
+    assert result.returncode == 2
+    assert not output.exists()
+    assert f"{paths['scenario']}: at {pointer}: " in result.stderr

@@ -105,6 +105,9 @@ class RequestFate:
     """R118: the lost tokens of its last migration, below which an allotment recomputes."""
     counted: list[tuple[int, int]] = field(default_factory=list)
     """The positions below ``limit`` counted since its last migration, as disjoint ranges."""
+    handoff: Handoff | None = None
+    """R121, R107: its last handoff before a migration took it back to the prefill side; the
+    report's ``handoff`` until its next prefill ends (then ``RequestState.handoff``)."""
 
     def computed(self, start: int, end: int) -> None:
         """R118: positions ``start`` to ``end - 1`` were computed by an allotment that ended."""
@@ -414,6 +417,8 @@ class FleetEventLoop(EventLoop):
             fate.limit = lost
             fate.counted = []
             state.recomputing = produced > 0
+            if state.handoff is not None:  # R121: still its last handoff, until its next one
+                fate.handoff = state.handoff
             _reset_for_prefill(state)
             heapq.heappush(self.queue, (now_us, ARRIVAL, state.position, -1 - state.position))
         # R121: the decode schedulers the failure changed are tried, in (worker, rank) order;
@@ -538,29 +543,48 @@ class FleetEventLoop(EventLoop):
             return
         autoscale = scaling.autoscale
         assert autoscale is not None
-        following = now_us + autoscale.interval_us
-        if following <= MAX_TIME_US:
-            heapq.heappush(self.queue, (following, DECISION, order, -1))
         effective = self._effective(order)
         target = None
         last = self.last_cooldown[order]
+        cooling = None  # when a cooldown that stopped this tick ends
         if effective < autoscale.min:
             target = autoscale.min
         elif effective > autoscale.max:
             target = autoscale.max
         elif last is not None and now_us < last + autoscale.cooldown_us:
-            return
+            cooling = last + autoscale.cooldown_us
         else:
             num, den = self._metric(order, autoscale.metric)
             if den and num * 1000 > autoscale.up_permille * den and effective < autoscale.max:
                 target = min(effective + autoscale.step, autoscale.max)
             elif den and num * 1000 < autoscale.down_permille * den and effective > autoscale.min:
                 target = max(effective - autoscale.step, autoscale.min)
-        if target is None:
-            return
-        self._apply(order, target, now_us)
-        if target != effective:
-            self.last_cooldown[order] = now_us
+        if target is not None:
+            self._apply(order, target, now_us)
+            if target != effective:
+                self.last_cooldown[order] = now_us
+        self._next_tick(order, autoscale.interval_us, now_us, target is None, cooling)
+
+    def _next_tick(
+        self, order: int, interval_us: int, now_us: int, idle: bool, cooling: int | None
+    ) -> None:
+        """R115: the pool's next tick, at ``now + interval``. A tick that changed nothing
+        (``idle``) reads the same state at every later tick until some other event happens or
+        its cooldown ends (what a tick reads changes only at events, every step being formed one
+        at a time here), so the ticks before the first of those would change nothing either and
+        are skipped; the results are those of processing each."""
+        following = now_us + interval_us
+        if idle:
+            queue = self.queue
+            if not queue and cooling is None:
+                return  # nothing else will ever happen: every later tick changes nothing
+            wake = min([queue[0][0]] if queue else [], default=cooling)
+            if cooling is not None and wake is not None:
+                wake = min(wake, cooling)
+            assert wake is not None
+            following = max(following, -(-wake // interval_us) * interval_us)
+        if following <= MAX_TIME_US:
+            heapq.heappush(self.queue, (following, DECISION, order, -1))
 
     def arrival(self, now_us: int, order: int, position: int) -> None:
         """R10, R12; R118: a migration arrival (``position`` is then ``-1 - position``)."""

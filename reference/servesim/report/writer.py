@@ -310,7 +310,7 @@ def _summary(
         ),
         "e2e_us": statistics([e2e for _, _, e2e in latencies]),
         "kv_cache": _summary_kv_cache(completed, workers, prompt_tokens),
-        "transfers": None if transfer is None else _transfers(states, transfer),
+        "transfers": None if transfer is None else _transfers(states, transfer, fates),
     }
     if slo is not None:  # R63: absent without objectives, not null
         good = [state for state in completed if meets_objectives(state, slo)]
@@ -324,10 +324,21 @@ def _summary(
     return summary
 
 
-def _transfers(states: list[RequestState], transfer: KvTransfer) -> dict[str, Any]:
+def last_handoff(state: RequestState, fates: Mapping[int, RequestFate]) -> Handoff | None:
+    """R107, R121: the request's last handoff: its own, or, when a migration took it back to
+    the prefill side and its new prefill has not ended, the one before."""
+    if state.handoff is not None or not fates:
+        return state.handoff
+    fate = fates.get(state.position)
+    return None if fate is None else fate.handoff
+
+
+def _transfers(
+    states: list[RequestState], transfer: KvTransfer, fates: Mapping[int, RequestFate]
+) -> dict[str, Any]:
     """R107: the transfers that ended (their count, tokens, gigabytes and durations), and how
-    long each reserved request waited for its reservation."""
-    handoffs = [state.handoff for state in states if state.handoff is not None]
+    long each reserved request waited for its reservation, over each request's last handoff."""
+    handoffs = [handoff for state in states if (handoff := last_handoff(state, fates)) is not None]
     ended = [each for each in handoffs if each.transfer_end_us is not None]
     tokens = sum(each.transferred_tokens or 0 for each in ended)
     return {
@@ -807,7 +818,7 @@ def _report_bytes(
             result.slo,
             _sliced_times(state, step_ends, first_scheduler),
             b"null" if state.worker is None else pool_names[pool_of[state.worker]],
-            _handoff_entry(state.handoff, pools, pool_of),
+            _handoff_entry(last_handoff(state, fates), pools, pool_of),
             fates.get(state.position),
         )
         for state in result.requests
