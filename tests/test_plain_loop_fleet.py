@@ -4,11 +4,14 @@
 18 alone (``QUESTIONS-fleet.md`` beside it lists the readings it took). These tests hold it to
 small scenarios whose every expected value is worked out below from the spec: a scale-up with a
 startup time and a drain (R110 to R112), a cancellation (R112), the reactive policy with and
-without a cooldown (R115), a failure that cuts a decode pass and migrates its request (R117,
-R118), the migration limit and the policy "fail" (R118), a recovery and no routable worker
-(R114, R119), a failure of a prefill worker while a transfer runs and of a decode worker with a
-reservation (R121), R4's checks of section 18 (exit 2 at the pointer R110, R115 and R116 give)
-and R124's versions.
+without a cooldown and its kv_use metric (R115), weighted round robin over the candidates
+(R114), a failure that cuts a decode pass, and one that cuts a chunked prefill, and migrates
+its request (R117, R118), a migrated request that recomputes by parts, the migration limit and
+the policy "fail" (R118), a failed session turn (R120), a recovery and no routable worker
+(R114, R119), a failure of a prefill worker while a transfer runs, of a decode worker with a
+reservation, and a release at a failure that must schedule the prefill worker (R121,
+QUESTIONS-fleet.md Q7), R4's checks of section 18 (exit 2 at the pointer R110, R115 and R116
+give) and R124's versions.
 
 The timing profile is ``synthetic_linear`` with a 1000 us step overhead, 1 us per prefill token
 and nothing per decode: a step lasts ``1000 + P`` us (R22).
@@ -640,3 +643,155 @@ def test_r116_a_failure_of_a_worker_created_earlier_is_valid(tmp_path: Path) -> 
     report = ok(tmp_path, s, workload(("A", 0, 10, 1)))
     assert life(report["workers"][1]) == [("active", 7), ("failed", 8)]
     assert report["summary"]["fleet"]["failures"] == 1
+
+
+def test_r101_r121_a_release_at_a_failure_schedules_the_prefill_worker(tmp_path: Path) -> None:
+    """QUESTIONS-fleet.md, Q7. p: one worker, 4 blocks of 16; d: one worker, max_num_seqs 1;
+    policy "fail". A (0, prompt 16, 10 tokens) and B (0, prompt 48, 2) are prefilled together
+    on p, 0 -> 1064 (P = 64, 4 blocks). At 1064 both are Held: A is reserved on d (a seat) and
+    transfers 100 + 16 us to 1180, where it is activated (p releases its block); B is Pending
+    (d's one seat is A's) and keeps 3 blocks on p. C (1500, prompt 30, 2) cannot get its 2
+    blocks on p (1 free): a step without a token, p stays idle (R101). A decodes on d from
+    1180: tokens at 2180, 3180, 4180; the pass formed at 4180 is cut at 5000, when d fails
+    (R117): A fails ("worker_failure", its 16 + 4 cached tokens lost), B, Pending on d, fails
+    too and p releases its 3 blocks; that release schedules p: C's prefill 5000 -> 6030; C is
+    Held and finds no routable decode scheduler (d failed for good): it fails with
+    "no_routable_worker" at 6030 (R114), the makespan."""
+    s = disagg(failures(dict(fail_at(0, 5000), pool="d"), policy="fail", limit=None))
+    s["fleet"]["pools"][0]["kv_cache"]["blocks"] = 4
+    s["fleet"]["pools"][1]["scheduler"] = dict(copy.deepcopy(SCHEDULER), max_num_seqs=1)
+    w = workload(("A", 0, 16, 10), ("B", 0, 48, 2), ("C", 1500, 30, 2))
+    report = ok(tmp_path, s, w)
+    reqs = by_id(report)
+    assert (reqs["A"]["fail_reason"], reqs["A"]["token_times_us"]) == (
+        "worker_failure",
+        [2180, 3180, 4180],
+    )
+    assert (reqs["A"]["lost_tokens"], reqs["A"]["terminal_us"]) == (20, 5000)
+    assert (reqs["B"]["fail_reason"], reqs["B"]["terminal_us"], reqs["B"]["lost_tokens"]) == (
+        "worker_failure",
+        5000,
+        0,
+    )
+    assert (reqs["C"]["fail_reason"], reqs["C"]["terminal_us"]) == ("no_routable_worker", 6030)
+    assert reqs["C"]["first_scheduled_us"] == 5000
+    assert report["summary"]["makespan_us"] == 6030
+    wp, wd = report["workers"]
+    assert (wd["failed_requests"], wp["failed_requests"]) == (2, 0)
+    assert report["summary"]["failed_by_reason"] == {
+        "worker_failure": 2,
+        "migration_limit": 0,
+        "no_routable_worker": 1,
+    }
+
+
+def test_r117_r118_a_failure_during_a_chunked_prefill(tmp_path: Path) -> None:
+    """Two workers, chunked prefill (chunks of 16). A (0, prompt 40, 2 tokens) joins w0, B (0,
+    prompt 8, 1) w1 (B completes at 1008). w0: chunks 0 -> 1016, 1016 -> 2032 and, formed at
+    2032 (A's cached tokens 40), 2032 -> 3040, cut at 2500 by w0's failure: A has no output
+    token, loses 40 cached tokens and migrates as a fresh request (k = 0, R118) to w1 (the only
+    candidate): chunks 2500 -> 3516 -> 4532 -> 5540 (its token 1; the 40 positions below its
+    mark are recomputed), decode -> 6540. w0: busy 1016 + 1016 + 468, prefill_tokens 32 (the
+    cut chunk is not counted, R117)."""
+    s = scenario({"workers": 2}, failures=failures(fail_at(0, 2500)))
+    s["scheduler"]["prefill"] = {"mode": "chunked", "max_chunk_tokens": 16}
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2), ("B", 0, 8, 1)))
+    a, b = report["requests"]
+    assert b["token_times_us"] == [1008]
+    assert (a["token_times_us"], a["worker"], a["first_scheduled_us"]) == ([5540, 6540], 1, 0)
+    assert a["migrations"] == [
+        {
+            "at_us": 2500,
+            "worker": 0,
+            "pool": "default",
+            "rank": 0,
+            "output_tokens": 0,
+            "lost_tokens": 40,
+        }
+    ]
+    assert (a["lost_tokens"], a["recomputed_tokens"]) == (40, 40)
+    w0 = report["workers"][0]
+    assert (w0["steps"], w0["busy_us"], w0["prefill_tokens"]) == (3, 2500, 32)
+    cut = [(e["start_us"], e["end_us"], e["cut_us"]) for e in report["trace"] if e["worker"] == 0]
+    assert cut == [(0, 1016, None), (1016, 2032, None), (2032, 3040, 2500)]
+
+
+def test_r120_a_failed_turn_releases_the_next_turn(tmp_path: Path) -> None:
+    """A session of two turns: A (0, prompt 10, 2 tokens) and B (recorded 0, think 100, prompt
+    10, 1); policy "fail". A runs on w0 (prefill -> 1010, decode formed at 1010); w0 fails at
+    1500: A fails, a terminal state (R120), and releases B at max(0, 1500 + 100) = 1600; B is
+    routed among the candidates, w1 alone (round robin: last 0, w1 above it), prefill ->
+    2610."""
+    s = scenario({"workers": 2}, failures=failures(fail_at(0, 1500), policy="fail", limit=None))
+    w = workload(("A", 0, 10, 2), ("B", 0, 10, 1))
+    w["schema_version"] = "1.2"
+    w["sessions"] = [{"id": "s"}]
+    for r in w["requests"]:
+        r["session"] = "s"
+    w["requests"][1]["think_time_us"] = 100
+    report = ok(tmp_path, s, w)
+    a, b = report["requests"]
+    assert (a["outcome"], a["terminal_us"], a["token_times_us"]) == ("failed", 1500, [1010])
+    assert (b["arrival_us"], b["worker"], b["token_times_us"]) == (1600, 1, [2610])
+    assert report["summary"]["makespan_us"] == 2610
+
+
+def test_r118_a_migrated_request_with_output_recomputes_by_parts(tmp_path: Path) -> None:
+    """Whole-mode prefill, budget 64. A (0, prompt 60, 6 tokens) on w0: prefill -> 1060, decodes
+    -> 2060, 3060, 4060, and the pass formed at 4060 (A's cached tokens 64) is cut at 4500 by
+    w0's failure: k = 4, A migrates to w1 as a request recomputing after a preemption (R50 as
+    R118 amends it). w1 decodes B (0, prompt 4, 20 tokens: 1004, 2004, ...); at 5004 B's decode
+    leaves 63 of the budget and A's L = 64 is allotted min(64, 63) = 63 (a fresh request would
+    wait), pass -> 6067; then its last token, with B's decode: -> 7068, A's token 5; then a
+    decode: 8068, A completes. All 64 positions below its mark 64 are recomputed."""
+    s = scenario({"workers": 2}, failures=failures(fail_at(0, 4500)))
+    s["scheduler"]["max_model_len"] = 128
+    report = ok(tmp_path, s, workload(("A", 0, 60, 6), ("B", 0, 4, 20)))
+    a, b = report["requests"]
+    assert a["token_times_us"] == [1060, 2060, 3060, 4060, 7068, 8068]
+    assert b["token_times_us"][:8] == [1004, 2004, 3004, 4004, 5004, 6067, 7068, 8068]
+    assert (a["lost_tokens"], a["recomputed_tokens"]) == (64, 64)
+    assert a["migrations"][0]["output_tokens"] == 4
+
+
+def test_r114_weighted_round_robin_over_the_candidates(tmp_path: Path) -> None:
+    """Three workers of weight 1, smooth weighted round robin (R81 as R114 amends it). A and B
+    at 0: currents [1, 1, 1] -> w0, [-2, 1, 1]; then [-1, 2, 2] -> w1, [-1, -1, 2]. w1 fails at
+    1500 (B completed at 1010): it loses its current weight. C, D, E at 2000 over w0 and w2,
+    W = 2: [0, 3] -> w2, [0, 1]; [1, 2] -> w2, [1, 0]; [2, 1] -> w0."""
+    s = scenario({"workers": 3}, failures=failures(fail_at(1, 1500)))
+    s["routing"] = {"policy": "weighted_round_robin"}
+    w = workload(
+        ("A", 0, 10, 1), ("B", 0, 10, 1), ("C", 2000, 10, 1), ("D", 2000, 10, 1), ("E", 2000, 10, 1)
+    )
+    report = ok(tmp_path, s, w)
+    assert [r["worker"] for r in report["requests"]] == [0, 1, 2, 2, 0]
+    assert report["summary"]["fleet"]["failures"] == 1
+
+
+def test_r115_kv_use_counts_held_blocks(tmp_path: Path) -> None:
+    """kv_use over 64 blocks, up 40 permille, ticks every 500. A (0, prompt 40, 2 tokens) holds
+    3 blocks from its admission at 0: at the tick at 500, 3 * 1000 = 3000 > 40 * 64 = 2560,
+    high: a second worker, active at 500 (startup 0). B (600, prompt 10, 1) joins it (round
+    robin: last 0): 600 -> 1610. A: 1040, 2040. With up 50, 3000 < 3200 at 500 and 1000; B
+    joins w0 and is admitted at 1040 beside A's decode (4 blocks, pass -> 2050): at 1500,
+    4000 > 3200, and the second worker is active from 1500 (to the makespan 2050, idle)."""
+    autoscale = {
+        "interval_us": 500,
+        "metric": "kv_use",
+        "up_permille": 40,
+        "down_permille": 0,
+        "min": 1,
+        "max": 2,
+    }
+    s = scenario({"workers": 1, "scaling": {"autoscale": autoscale}})
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2), ("B", 600, 10, 1)))
+    a, b = report["requests"]
+    assert (a["token_times_us"], b["worker"], b["token_times_us"]) == ([1040, 2040], 1, [1610])
+    assert life(report["workers"][1]) == [("active", 500)]
+    s["fleet"]["scaling"]["autoscale"]["up_permille"] = 50
+    report = ok(tmp_path, s, workload(("A", 0, 40, 2), ("B", 600, 10, 1)))
+    a, b = report["requests"]
+    assert (a["token_times_us"], b["worker"], b["token_times_us"]) == ([1040, 2050], 0, [2050])
+    assert life(report["workers"][1]) == [("active", 1500)]
+    assert times(report["workers"][1]) == (550, 0, 550, 0, 0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 17 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 18 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
@@ -8,22 +8,25 @@ profile, the schema versions it reads, section 11's members with R4's checks of 
 section 12's routing members, section 13's members with R4's checks of them, section 15's
 pools with R77's checks and R84's --timing-profile arguments, section 16's style and sglang
 members with R88's checks, and section 17's role, kv_transfer and routing.decode with R97's
-and R99's checks), so the suite's invalid tier finds that. By default (or with
---report-version 8.0) it reads scenarios 1.0 to 1.6 (1.6: the disaggregated prefill and
+and R99's checks, and section 18's scaling and failures with R110's, R115's and R116's checks),
+so the suite's invalid tier finds that. By default (or with --report-version 9.0) it reads
+scenarios 1.0 to 1.7 (1.7: the fleet that changes of section 18, scaling, failures, migration
+and recovery; 1.6: the disaggregated prefill and
 decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
 the pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time
 and the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0
 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and
 preemption of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and
 regression models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and
-writes report 8.0, the current one (R107, R108). With --report-version 7.0 it writes report
-7.0 and reads scenarios up to 1.5; with 6.0 report 6.0 and scenarios up to 1.4; with 5.0
-report 5.0 and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up
-to 1.1; with 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0
-inputs only (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside
-the profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
-QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md and
-QUESTIONS-disagg.md beside it.
+writes report 9.0, the current one (R123, R124). With --report-version 8.0 it writes report
+8.0 and reads scenarios up to 1.6; with 7.0 report 7.0 and scenarios up to 1.5; with 6.0
+report 6.0 and scenarios up to 1.4; with 5.0 report 5.0 and scenarios up to 1.3; with 4.0
+report 4.0, scenarios up to 1.2 and workloads up to 1.1; with 3.0 report 3.0, scenarios and
+workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only (R2, R38). It speaks
+conformance protocol 5 (exit 3 when a step's shape is outside the profile's coverage, R43;
+timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
+QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md,
+QUESTIONS-disagg.md and QUESTIONS-fleet.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -1467,7 +1470,13 @@ def check_fleet(scn):
             if isinstance(p, dict):
                 cache = "kv_cache" in p or "kv_cache" in scn
                 entries.append(
-                    ("/fleet/pools/%d" % i, p.get("name"), p.get("workers"), p.get("scaling"), cache)
+                    (
+                        "/fleet/pools/%d" % i,
+                        p.get("name"),
+                        p.get("workers"),
+                        p.get("scaling"),
+                        cache,
+                    )
                 )
     present = [(at + "/scaling") for at, _, _, sc, _ in entries if sc is not None]
     if "failures" in scn:
@@ -1551,7 +1560,9 @@ def check_fleet(scn):
                         probs.append(("scenario", ap, "a member %s (R115)" % k))
                         ok = False
                 elif not is_int(a[k], lo, hi):
-                    probs.append(("scenario", ap + "/" + k, "an integer %d to %d (R115)" % (lo, hi)))
+                    probs.append(
+                        ("scenario", ap + "/" + k, "an integer %d to %d (R115)" % (lo, hi))
+                    )
                     ok = False
             metrics = ("waiting_per_worker", "outstanding_per_worker", "kv_use")
             if a.get("metric") not in metrics:
@@ -1591,9 +1602,7 @@ def check_fleet(scn):
         if "max_migrations" not in fl:
             probs.append(("scenario", "/failures", 'max_migrations with policy "migrate" (R118)'))
         elif not is_int(fl["max_migrations"], 1, 2**32 - 1):
-            probs.append(
-                ("scenario", "/failures/max_migrations", "an integer 1 to 2^32-1 (R118)")
-            )
+            probs.append(("scenario", "/failures/max_migrations", "an integer 1 to 2^32-1 (R118)"))
     elif "max_migrations" in fl:
         probs.append(
             ("scenario", "/failures/max_migrations", 'no max_migrations with policy "fail" (R118)')
@@ -1606,9 +1615,11 @@ def check_fleet(scn):
     good = []
     for i, e in enumerate(evs):
         ptr = "/failures/events/%d" % i
-        if not isinstance(e, dict) or not {"pool", "pool_worker", "at_us"} <= set(e) or set(
-            e
-        ) - {"pool", "pool_worker", "at_us", "recover_after_us"}:
+        if (
+            not isinstance(e, dict)
+            or not {"pool", "pool_worker", "at_us"} <= set(e)
+            or set(e) - {"pool", "pool_worker", "at_us", "recover_after_us"}
+        ):
             probs.append(
                 ("scenario", ptr, "an object {pool, pool_worker, at_us, recover_after_us} (R116)")
             )
@@ -1627,9 +1638,7 @@ def check_fleet(scn):
             probs.append(("scenario", ptr + "/at_us", "an integer 0 to 2^53-1 (R116)"))
             bad = True
         if "recover_after_us" in e and not is_int(e["recover_after_us"], 1, MAX_T):
-            probs.append(
-                ("scenario", ptr + "/recover_after_us", "an integer 1 to 2^53-1 (R116)")
-            )
+            probs.append(("scenario", ptr + "/recover_after_us", "an integer 1 to 2^53-1 (R116)"))
             bad = True
         if not bad:
             good.append((i, e))
@@ -1638,9 +1647,10 @@ def check_fleet(scn):
         key = (e["pool"], e["pool_worker"])
         if key in last:
             prev = last[key]
-            if "recover_after_us" not in prev or e["at_us"] <= prev["at_us"] + prev[
-                "recover_after_us"
-            ]:
+            if (
+                "recover_after_us" not in prev
+                or e["at_us"] <= prev["at_us"] + prev["recover_after_us"]
+            ):
                 probs.append(
                     (
                         "scenario",
@@ -2469,7 +2479,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         rk = route(r, dside)
         if rk is None:  # R114: no routable decode scheduler; its prefill side releases
             fail(r, now, "no_routable_worker")
-            release_prefill(r)
+            release_prefill(r, now)
             return
         r.drank = rk
         rk.routed += 1
@@ -2566,7 +2576,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.blocks[j].identity = ident
         r.activation = now
         rk.activated += 1
-        release_prefill(r)  # then its prefill scheduler releases its blocks (R46)
+        release_prefill(r, now)  # then its prefill scheduler releases its blocks (R46)
         maybe_schedule(r.prank.worker, now)  # R101: the release schedules the prefill worker
         maybe_schedule(rk.worker, now)  # R16
 
@@ -2624,7 +2634,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             new -= max(0, min(y, hi) - max(x, lo))
         r.recomputed += new
         merged = []
-        for x, y in sorted(cov + [(lo, hi)]):
+        for x, y in sorted([*cov, (lo, hi)]):
             if merged and x <= merged[-1][1]:
                 merged[-1] = (merged[-1][0], max(merged[-1][1], y))
             else:
@@ -2705,7 +2715,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         r.stage = None
         terminal(r, t)
 
-    def release_prefill(r):  # R46, R104: its prefill scheduler releases its blocks
+    def release_prefill(r, now):  # R46, R104: its prefill scheduler releases its blocks
         rk = r.prank
         if r not in rk.held:
             return  # released already, or lost with a failed prefill worker (R121)
@@ -2715,6 +2725,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         r.blocks = blocks
         r.pblocks = []
         rk.cache.check()
+        # R101: a release schedules the prefill worker (an activation's, and, without which
+        # the worker could wait for ever, one at a failure: QUESTIONS-fleet.md, Q7)
+        maybe_schedule(rk.worker, now)
 
     def migrate(r, t, w, rk, lost):  # R118: a migration arrival of r at t
         r.migrations.append(
@@ -2831,8 +2844,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 w.failed_requests += 1
                 fail(r, t, "worker_failure" if fpolicy == "fail" else "migration_limit")
                 if rehand:
-                    release_prefill(r)
-                    maybe_schedule(r.prank.worker, t)
+                    release_prefill(r, t)
                 r.blocks = []
                 r.pblocks = []
         for rk in w.ranks:  # 3. the cache is lost
@@ -2845,6 +2857,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         for rk in sorted(changed, key=lambda x: (x.worker.i, x.q)):  # R121's fourth moment
             if rk.worker.state != "failed":
                 try_queue(rk, t)
+                maybe_schedule(rk.worker, t)  # its freed blocks (QUESTIONS-fleet.md, Q7)
 
     def transition(kind, w, g, t):  # R111, R119
         if kind == "up":
@@ -2993,7 +3006,13 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.cut = True
                 r.done_t = stop
     return build_report(
-        reqs, workers, pools, trace if trace_on else None, report_version, scn.get("slo"), kvt,
+        reqs,
+        workers,
+        pools,
+        trace if trace_on else None,
+        report_version,
+        scn.get("slo"),
+        kvt,
         fleet,
     )
 
@@ -3173,7 +3192,7 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
         gaps.extend(b - a for a, b in zip(r.tokens, r.tokens[1:]))
     reasons = REASONS if v3 else REASONS[:4]
     if v9:
-        reasons = REASONS + ["no_routable_worker"]  # R114
+        reasons = [*REASONS, "no_routable_worker"]  # R114
     summary = {
         "requests": len(reqs),
         "completed": len(completed),
@@ -3205,7 +3224,9 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             }
     # R122: the accounting window and each worker's time in it
     times = {w.i: worker_times(w, first_arrival, first_arrival + makespan) for w in workers}
-    wus = {w.i: times[w.i]["starting"] + times[w.i]["active"] + times[w.i]["draining"] for w in workers}
+    wus = {
+        w.i: times[w.i]["starting"] + times[w.i]["active"] + times[w.i]["draining"] for w in workers
+    }
     if not v9:  # before report 9.0 the fleet never changes: worker_us is makespan_us
         wus = {w.i: makespan for w in workers}
     if v9:
@@ -3435,7 +3456,9 @@ def main(argv=None):
         choices=sorted(READS),
         default="9.0",
         help="report 9.0 (the default, R31, R124; reads scenario 1.0 to 1.7 and workload 1.0 "
-        "to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to 1.4 and workload 1.0 to 1.2), 5.0 (reads "
+        "to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; "
+        "reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to "
+        "1.4 and workload 1.0 to 1.2), 5.0 (reads "
         "scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario 1.0 to 1.2 and "
         "workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or 2.0 (reads "
         "them at 1.0 only, R2, R38)",
