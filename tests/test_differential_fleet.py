@@ -126,9 +126,10 @@ def note_what_happened(report: bytes | None) -> None:
 #: - RQ2 (docs/design/issue-27-reference-questions.md; R118): whether a new attempt's allotment
 #:   in a step later cut by a failure "computes" its positions for ``recomputed_tokens`` (the
 #:   reference: no, only a step that ends; the plain loop: yes, when the step is formed).
-#: - R107, R121 (``handoff``): the handoff of a request that fails for want of a routable worker
-#:   at its prefill end or at a migration arrival (the reference: null; the plain loop: its last
-#:   prefill end's, with what its discarded transfer had), and so the reservation waits.
+#: - R107, R121 (``handoff``): the handoff of a request that fails at its prefill end for want
+#:   of a routable decode worker (the reference at 4ce15a2: null; the plain loop: one with its
+#:   ``prefill_end_us``), and which stages of a migrated request's earlier handoff its new one
+#:   keeps; and so the reservation waits.
 KNOWN_READINGS = {
     "RQ2: recomputed_tokens of a cut allotment": re.compile(
         r"^/(requests/\d+|summary)/recomputed_tokens$"
@@ -407,19 +408,13 @@ def test_a_decode_failure_during_a_transfer_re_hands_the_request() -> None:
     assert (a["outcome"], a["handoff"]["decode_worker"]) == ("completed", 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="R107, R121: the reference reports handoff null for a request whose migration found "
-    "no routable worker, the plain loop the last handoff (its transfer discarded); the SPEC "
-    "does not say which (reported to the lead)",
-)
 def test_a_prefill_failure_during_a_transfer_leaves_no_routable_worker() -> None:
     """The same transfer; the prefill worker fails at 1000 instead: A's KV is lost with it (its
     100 prompt tokens, R121), it migrates, and its migration arrival finds no routable prefill
     worker, so it fails (R114, R118)."""
     failures = migrate({"pool": "p", "pool_worker": 0, "at_us": 1000})
     documents = (disaggregated(failures), one_request(100, 3), STEP)
-    value = assert_agree(documents, generated=False, tolerate=False)
+    value = assert_agree(documents, generated=False, tolerate=False)  # agreed since 4ce15a2
     assert value is not None
     a = value["requests"][0]
     assert (a["outcome"], a["fail_reason"], a["terminal_us"]) == (

@@ -792,7 +792,7 @@ def test_the_reference_keeps_every_fleet_invariant(documents: tuple[Document, ..
 
 
 @pytest.mark.skip(
-    reason="the reference (fleet-ref at 7546830) reports handoff null for a request that fails at "
+    reason="the reference (fleet-ref at 4ce15a2) reports handoff null for a request that fails at "
     "its prefill end for want of a routable decode worker, where R107 asks for a handoff with "
     "its prefill_end_us (the plain loop writes one); check_outcomes flags it. Remove this skip "
     "when the lead has settled it"

@@ -493,7 +493,7 @@ aggregated_fleet_triples = fleet_input_triples(
     )
 )
 
-#: The reference (branch fleet-ref at 7546830) reports handoff null for a request that fails at
+#: The reference (branch fleet-ref at 4ce15a2) reports handoff null for a request that fails at
 #: its prefill end for want of a routable decode worker, where R107 asks for a handoff with its
 #: prefill_end_us (the plain loop writes one), and ``check_outcomes`` flags it; the lead
 #: removes this skip when that is settled.
