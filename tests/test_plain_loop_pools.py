@@ -92,7 +92,7 @@ def test_r83_the_short_rank_waits_at_the_barrier(tmp_path: Path) -> None:
     code, error, report = run(tmp_path, scenario({"workers": 1, "dp_size": 2}), "{}/t.json")
     assert (code, error) == (0, "")
     assert report is not None
-    assert report["schema_version"] == "8.0"
+    assert report["schema_version"] == "9.0"  # R124: the default
     assert [r["token_times_us"] for r in report["requests"]] == [[1010, 2010], [1010, 2010]]
     assert [(r["pool"], r["rank"]) for r in report["requests"]] == [("default", 0), ("default", 1)]
     worker = report["workers"][0]
@@ -148,7 +148,7 @@ def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: 
     whose derivation says exit 3 must exit 3 and write nothing."""
     case = GOLDEN / "valid" / name
     expected = derived_values(case)
-    code, error = replay_case(PLAIN, case, tmp_path / "r.json")
+    code, error = replay_case(PLAIN, case, tmp_path / "r.json", "--report-version", "8.0")
     if not expected:
         assert "exit 3" in (case / "DERIVATION.md").read_text()
         assert (code, (tmp_path / "r.json").exists()) == (3, False)

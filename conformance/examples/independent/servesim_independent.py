@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 17 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 18 only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
@@ -8,22 +8,25 @@ profile, the schema versions it reads, section 11's members with R4's checks of 
 section 12's routing members, section 13's members with R4's checks of them, section 15's
 pools with R77's checks and R84's --timing-profile arguments, section 16's style and sglang
 members with R88's checks, and section 17's role, kv_transfer and routing.decode with R97's
-and R99's checks), so the suite's invalid tier finds that. By default (or with
---report-version 8.0) it reads scenarios 1.0 to 1.6 (1.6: the disaggregated prefill and
+and R99's checks, and section 18's scaling and failures with R110's, R115's and R116's checks),
+so the suite's invalid tier finds that. By default (or with --report-version 9.0) it reads
+scenarios 1.0 to 1.7 (1.7: the fleet that changes of section 18, scaling, failures, migration
+and recovery; 1.6: the disaggregated prefill and
 decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
 the pools, ranks and weighted round robin of section 15; 1.3: the closed loop, the stop time
 and the objectives of section 13; 1.2: the state-aware routing of section 12), workloads 1.0
 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and
 preemption of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and
 regression models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and
-writes report 8.0, the current one (R107, R108). With --report-version 7.0 it writes report
-7.0 and reads scenarios up to 1.5; with 6.0 report 6.0 and scenarios up to 1.4; with 5.0
-report 5.0 and scenarios up to 1.3; with 4.0 report 4.0, scenarios up to 1.2 and workloads up
-to 1.1; with 3.0 report 3.0, scenarios and workloads up to 1.1; with 2.0 report 2.0 and 1.0
-inputs only (R2, R38). It speaks conformance protocol 5 (exit 3 when a step's shape is outside
-the profile's coverage, R43; timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
-QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md and
-QUESTIONS-disagg.md beside it.
+writes report 9.0, the current one (R123, R124). With --report-version 8.0 it writes report
+8.0 and reads scenarios up to 1.6; with 7.0 report 7.0 and scenarios up to 1.5; with 6.0
+report 6.0 and scenarios up to 1.4; with 5.0 report 5.0 and scenarios up to 1.3; with 4.0
+report 4.0, scenarios up to 1.2 and workloads up to 1.1; with 3.0 report 3.0, scenarios and
+workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only (R2, R38). It speaks
+conformance protocol 5 (exit 3 when a step's shape is outside the profile's coverage, R43;
+timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
+QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md,
+QUESTIONS-disagg.md and QUESTIONS-fleet.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -111,6 +114,17 @@ class Req:
         self.t_end = None  # R104: its transfer end, once processed
         self.activation = None  # R104
         self.done_worker = None  # the worker it completed on (R107: a pool's completed tokens)
+        # Section 18: migrations (R118), the failure that ended it, lost and recomputed tokens
+        self.migrations = []  # R123's entries
+        self.fail_reason = None
+        self.lost = 0
+        self.recomputed = 0
+        self.rc = None  # this attempt's (lost mark, covered intervals) after a migration
+        self.recompute = False  # R50: a request recomputing after a preemption (or R118)
+        self.failed = False
+        self.rank = None
+        self.stage = None  # R121: "held", "pending", "transferring", "ready" or "decode"
+        self.t_gen = 0  # counts its transfers: a discarded one's end does nothing
 
     def produced(self):  # the tokens it produced, the hidden one included (R48, R105)
         return len(self.tokens) + self.hidden
@@ -169,6 +183,14 @@ class Cache:
         self.held += 1
         return b
 
+    def wipe(self):  # R117 step 3: every block free, the registry empty, no release
+        self.untouched = self.size
+        self.free_list = []
+        self.cached = {}
+        self.registry = {}
+        self.next_release = 0
+        self.held = 0
+
     def hold(self, b):  # become one more holder of a registered block (R48)
         if b.holders == 0:
             del self.cached[b.release_no]
@@ -196,7 +218,9 @@ def ceil_div(a, b):
 
 def footprint(r, B, role=None):  # R93: f_r, a request's to-completion blocks
     # R100: on a prefill scheduler a request is one whose max_output_tokens is 1
-    return ceil_div(r.prompt + (1 if role == "prefill" else r.max_out), B)
+    if role == "prefill":  # R121: a migrated request's L in place of prompt_tokens
+        return ceil_div(r.prompt + len(r.tokens) + 1, B)
+    return ceil_div(r.prompt + r.max_out, B)
 
 
 # The input versions read with each report version written (R2, R38: reading scenario or
@@ -220,6 +244,11 @@ READS = {
     # R108: reading scenario 1.6 (disaggregated prefill and decode, section 17) needs report 8.0
     "8.0": {
         "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6"],
+        "workload": ["1.0", "1.1", "1.2"],
+    },
+    # R124: reading scenario 1.7 (a fleet that changes, section 18) needs report 9.0
+    "9.0": {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"],
         "workload": ["1.0", "1.1", "1.2"],
     },
 }
@@ -254,6 +283,7 @@ class Pool:
         self.cons = sglang.get("conservativeness_permille", 1000)
         self.tp = self.tp_path = self.tp_raw = self.timer = None  # its timing profile (R84)
         self.role = role  # R97: "prefill", "decode" or None (aggregated)
+        self.scaling = None  # R110: its scaling, or None
 
 
 def pools_of(scn):
@@ -261,17 +291,17 @@ def pools_of(scn):
     named "default" with the scenario's scheduler and kv_cache and weight 1."""
     fleet = scn["fleet"]
     if "pools" not in fleet:
-        return [
-            Pool(
-                "default",
-                fleet["workers"],
-                fleet.get("dp_size", 1),
-                1,
-                scn["scheduler"],
-                scn.get("kv_cache"),
-            )
-        ]
-    return [
+        p = Pool(
+            "default",
+            fleet["workers"],
+            fleet.get("dp_size", 1),
+            1,
+            scn["scheduler"],
+            scn.get("kv_cache"),
+        )
+        p.scaling = fleet.get("scaling")
+        return [p]
+    out = [
         Pool(
             p["name"],
             p["workers"],
@@ -283,6 +313,9 @@ def pools_of(scn):
         )
         for p in fleet["pools"]
     ]
+    for p, d in zip(out, fleet["pools"]):
+        p.scaling = d.get("scaling")
+    return out
 
 
 class Rank:
@@ -305,6 +338,7 @@ class Rank:
         self.resq = []  # R102: the reservation queue (Pending requests), decode ranks only
         self.resv = []  # R102: its Transferring and Ready requests, in reservation order
         self.handed_off = self.activated = 0  # R107
+        self.held = set()  # a prefill rank's requests whose blocks it keeps (R100, R112)
         kv = pool.kv
         self.cache = None if kv is None else Cache(kv["blocks"], kv["block_tokens"])
         if self.cache is not None:
@@ -337,6 +371,17 @@ class Worker:
         self.rotation = 0  # R80: requests the policy placed here so far
         self.current = 0  # R81: the current weight
         self.ready = []  # R104: its Ready requests, activated at its pass in flight's end
+        # Section 18 (R109, R123)
+        self.state = "active"
+        self.life = [["active", 0]]
+        self.created = 0
+        self.gen = 0  # counts its startups: a startup end of an older one does nothing
+        self.pass_no = 0  # counts its passes: a cut pass's completion event is discarded
+        self.failures = self.migrated_out = self.failed_requests = self.lost_tokens = 0
+        self.entries = []  # the trace entries of its pass in flight
+
+    def has_requests(self):  # R112: anything on any rank, a prefill side's Held included
+        return any(rk.waiting or rk.running or rk.resq or rk.resv or rk.held for rk in self.ranks)
 
     def waiting_total(self):
         return sum(len(rk.waiting) for rk in self.ranks)
@@ -567,7 +612,7 @@ def check_routing(scn):
     policy = routing.get("policy")
     version = scn.get("schema_version")
     if policy == "weighted_round_robin":  # R81: scenario 1.4, no other member
-        if version not in ("1.4", "1.5", "1.6"):
+        if version not in ("1.4", "1.5", "1.6", "1.7"):
             probs.append(
                 (
                     "scenario",
@@ -668,7 +713,7 @@ def check_pools(scn, wl):
     fleet = scn.get("fleet")
     if not isinstance(fleet, dict):
         return probs
-    v14 = scn.get("schema_version") in ("1.4", "1.5", "1.6")
+    v14 = scn.get("schema_version") in ("1.4", "1.5", "1.6", "1.7")
     policy = scn.get("routing", {}).get("policy") if isinstance(scn.get("routing"), dict) else None
     if "dp_size" in fleet:
         if not v14:
@@ -693,7 +738,7 @@ def check_pools(scn, wl):
     seen = set()
     ok = True
     H = wl.get("prefix_hash_block_tokens") if isinstance(wl, dict) else None
-    members = ("name", "workers", "dp_size", "scheduler", "kv_cache", "weight", "role")
+    members = ("name", "workers", "dp_size", "scheduler", "kv_cache", "weight", "role", "scaling")
     for i, p in enumerate(pools):
         at = "/fleet/pools/%d" % i
         if not isinstance(p, dict):
@@ -822,7 +867,7 @@ def check_sessions(scn, wl):
     sv, wv = scn.get("schema_version"), wl.get("schema_version")
     # scenario: closed_loop (R61), stop_at_us (R62), slo (R63), each needing 1.3 (R64)
     for m in ("closed_loop", "stop_at_us", "slo"):
-        if m in scn and sv not in ("1.3", "1.4", "1.5", "1.6"):
+        if m in scn and sv not in ("1.3", "1.4", "1.5", "1.6", "1.7"):
             probs.append(
                 (
                     "scenario",
@@ -830,7 +875,7 @@ def check_sessions(scn, wl):
                     'no %s in a scenario %s: it needs schema_version "1.3" (R64)' % (m, sv),
                 )
             )
-    if sv in ("1.3", "1.4", "1.5", "1.6"):
+    if sv in ("1.3", "1.4", "1.5", "1.6", "1.7"):
         if "closed_loop" in scn:
             cl = scn["closed_loop"]
             if not isinstance(cl, dict):
@@ -1004,7 +1049,7 @@ def check_sessions(scn, wl):
     arrivals = [r.get("arrival_us") for r in reqs if isinstance(r, dict)]
     arrivals = [a for a in arrivals if type(a) is int]
     if (
-        sv in ("1.3", "1.4", "1.5", "1.6")
+        sv in ("1.3", "1.4", "1.5", "1.6", "1.7")
         and is_int(stop, 1, MAX_T)
         and arrivals
         and stop <= min(arrivals)
@@ -1033,7 +1078,7 @@ def check_disagg(scn):
     fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
     pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
     routing = scn.get("routing") if isinstance(scn.get("routing"), dict) else {}
-    if sv != "1.6":  # R108: role, kv_transfer and routing.decode make the scenario 1.6
+    if sv not in ("1.6", "1.7"):  # R108: role, kv_transfer and routing.decode make the scenario 1.6
         late = [("/kv_transfer", "kv_transfer", "kv_transfer" in scn)]
         late.append(("/routing/decode", "routing.decode", "decode" in routing))
         for i, p in enumerate(pools):
@@ -1190,7 +1235,7 @@ def check_styles(scn):
     style and sglang; R88's two agreements of R4 are checked against the limits every pool
     uses, with its cache, once per scheduler object (README.md, QUESTIONS-styles.md)."""
     probs = []
-    v15 = scn.get("schema_version") in ("1.5", "1.6")
+    v15 = scn.get("schema_version") in ("1.5", "1.6", "1.7")
     fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
     pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
     places = [("/scheduler", scn.get("scheduler"))]
@@ -1331,6 +1376,314 @@ def check_styles(scn):
     return probs
 
 
+def static_creations(pool_scaling, initial, fails):
+    """R116's static existence for one pool without autoscale: replay its decisions, startup
+    ends, failures and recovery starts in R113's order without requests. fails is a list of
+    (position, at_us, pool_worker, recover_after_us or None) in list order. Returns the
+    positions of the failures naming a pool_worker not created by their instant."""
+    S = pool_scaling.get("startup_us", 0) if pool_scaling else 0
+    schedule = pool_scaling.get("schedule", []) if pool_scaling else []
+    state = ["active"] * initial
+    gen = [0] * initial
+    heap = []  # (time, priority, order, seq, what)
+    n = [0]
+
+    def push(t, prio, order, what):
+        if t <= MAX_T:
+            heapq.heappush(heap, (t, prio, order, n[0], what))
+            n[0] += 1
+
+    for pos, at, pw, rec in fails:
+        push(at, 1, pos, ("fail", pw, rec, pos))
+    for e in schedule:
+        push(e["at_us"], 6, 0, ("target", e["target"]))
+    bad = []
+    while heap:
+        t, _, _, _, what = heapq.heappop(heap)
+        if what[0] == "fail":
+            _, pw, rec, pos = what
+            if pw >= len(state):
+                bad.append(pos)
+                continue
+            if state[pw] in ("removed", "failed"):
+                continue
+            was = state[pw]
+            state[pw] = "failed"
+            gen[pw] += 1
+            if rec is not None and was != "draining":
+                push(t + rec, 2, pw, ("recover", pw))
+        elif what[0] == "recover":
+            pw = what[1]
+            gen[pw] += 1
+            if S == 0:
+                state[pw] = "active"
+            else:
+                state[pw] = "starting"
+                push(t + S, 2, pw, ("up", pw, gen[pw]))
+        elif what[0] == "up":
+            _, pw, g = what
+            if state[pw] == "starting" and gen[pw] == g:
+                state[pw] = "active"
+        else:
+            target = what[1]
+            e = sum(1 for s in state if s in ("active", "starting"))
+            if target > e:
+                for _ in range(target - e):
+                    if len(state) > 2**20:
+                        return bad  # R110: beyond the limit the run stops (exit 2) anyway
+                    state.append("starting" if S else "active")
+                    gen.append(0)
+                    if S:
+                        push(t + S, 2, len(state) - 1, ("up", len(state) - 1, 0))
+            elif target < e:
+                k = e - target
+                for i in range(len(state) - 1, -1, -1):
+                    if k and state[i] == "starting":
+                        state[i] = "removed"
+                        k -= 1
+                for i in range(len(state) - 1, -1, -1):
+                    if k and state[i] == "active":
+                        state[i] = "draining"
+                        k -= 1
+    return bad
+
+
+def check_fleet(scn):
+    """The checks of section 18's members (R3, R4, R110, R115, R116, R118, R124): a list of
+    (role, pointer, expected)."""
+    probs = []
+    sv = scn.get("schema_version")
+    fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
+    pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else None
+    # (pointer of the pool, name, initial workers, scaling or None, has a cache)
+    entries = []
+    if pools is None:
+        entries.append(
+            ("/fleet", "default", fleet.get("workers"), fleet.get("scaling"), "kv_cache" in scn)
+        )
+    else:
+        if "scaling" in fleet:
+            probs.append(
+                ("scenario", "/fleet/scaling", "no fleet.scaling beside fleet.pools (R110)")
+            )
+        for i, p in enumerate(pools):
+            if isinstance(p, dict):
+                cache = "kv_cache" in p or "kv_cache" in scn
+                entries.append(
+                    (
+                        "/fleet/pools/%d" % i,
+                        p.get("name"),
+                        p.get("workers"),
+                        p.get("scaling"),
+                        cache,
+                    )
+                )
+    present = [(at + "/scaling") for at, _, _, sc, _ in entries if sc is not None]
+    if "failures" in scn:
+        present.append("/failures")
+    if sv != "1.7":
+        for at in present:
+            probs.append(
+                (
+                    "scenario",
+                    at,
+                    'no %s in a scenario %s: it needs schema_version "1.7" (R124)'
+                    % (at.rsplit("/", 1)[1], sv),
+                )
+            )
+        return probs
+    autoscaled = set()
+    for at, name, initial, sc, cache in entries:
+        if sc is None:
+            continue
+        at = at + "/scaling"
+        if not isinstance(sc, dict) or set(sc) - {"startup_us", "schedule", "autoscale"}:
+            probs.append(("scenario", at, "an object {startup_us, schedule or autoscale} (R110)"))
+            continue
+        if "startup_us" in sc and not is_int(sc["startup_us"], 0, MAX_T):
+            probs.append(("scenario", at + "/startup_us", "an integer 0 to 2^53-1 (R110)"))
+        if "schedule" in sc and "autoscale" in sc:
+            probs.append(("scenario", at, "at most one of schedule and autoscale (R110)"))
+            continue
+        if "schedule" in sc:
+            sch = sc["schedule"]
+            if not isinstance(sch, list) or not 1 <= len(sch) <= 65536:
+                probs.append(("scenario", at + "/schedule", "a list of 1 to 65,536 entries (R110)"))
+                continue
+            prev = None
+            for j, e in enumerate(sch):
+                ptr = "%s/schedule/%d" % (at, j)
+                if not isinstance(e, dict) or set(e) != {"at_us", "target"}:
+                    probs.append(("scenario", ptr, "an object {at_us, target} (R110)"))
+                    prev = None
+                    continue
+                if not is_int(e["at_us"], 0, MAX_T):
+                    probs.append(("scenario", ptr + "/at_us", "an integer 0 to 2^53-1 (R110)"))
+                    prev = None
+                    continue
+                if not is_int(e["target"], 0, 65536):
+                    probs.append(("scenario", ptr + "/target", "an integer 0 to 65,536 (R110)"))
+                if prev is not None and e["at_us"] <= prev:
+                    probs.append(
+                        (
+                            "scenario",
+                            ptr + "/at_us",
+                            "a time greater than the previous entry's %d (R4, R110)" % prev,
+                        )
+                    )
+                    break
+                prev = e["at_us"]
+        if "autoscale" in sc:
+            autoscaled.add(name)
+            a = sc["autoscale"]
+            ap = at + "/autoscale"
+            if not isinstance(a, dict):
+                probs.append(("scenario", ap, "an object (R115)"))
+                continue
+            ranges = {
+                "interval_us": (1, MAX_T, True),
+                "up_permille": (0, 2**32 - 1, True),
+                "down_permille": (0, 2**32 - 1, True),
+                "min": (1, 65536, True),
+                "max": (1, 65536, True),
+                "step": (1, 65536, False),
+                "cooldown_us": (0, MAX_T, False),
+            }
+            ok = True
+            for k in a:
+                if k not in ranges and k != "metric":
+                    probs.append(("scenario", ap + "/" + k, "no member %s in autoscale (R115)" % k))
+                    ok = False
+            for k, (lo, hi, req) in ranges.items():
+                if k not in a:
+                    if req:
+                        probs.append(("scenario", ap, "a member %s (R115)" % k))
+                        ok = False
+                elif not is_int(a[k], lo, hi):
+                    probs.append(
+                        ("scenario", ap + "/" + k, "an integer %d to %d (R115)" % (lo, hi))
+                    )
+                    ok = False
+            metrics = ("waiting_per_worker", "outstanding_per_worker", "kv_use")
+            if a.get("metric") not in metrics:
+                probs.append(("scenario", ap + "/metric", "one of %s (R115)" % ", ".join(metrics)))
+                ok = False
+            if not ok:
+                continue
+            if a["down_permille"] >= a["up_permille"]:
+                probs.append(
+                    ("scenario", ap + "/down_permille", "less than up_permille (R4, R115)")
+                )
+            if a["min"] > a["max"]:
+                probs.append(("scenario", ap + "/min", "at most max (R4, R115)"))
+            elif is_int(initial, 1, 65536) and not a["min"] <= initial <= a["max"]:
+                wat = "/fleet/workers" if pools is None else at.rsplit("/", 1)[0] + "/workers"
+                probs.append(
+                    (
+                        "scenario",
+                        wat,
+                        "initial workers between autoscale's min %d and max %d (R4, R115)"
+                        % (a["min"], a["max"]),
+                    )
+                )
+            if a["metric"] == "kv_use" and not cache:
+                probs.append(
+                    ("scenario", ap + "/metric", 'a pool with a kv_cache for "kv_use" (R4, R115)')
+                )
+    if "failures" not in scn:
+        return probs
+    fl = scn["failures"]
+    if not isinstance(fl, dict) or set(fl) - {"events", "policy", "max_migrations"}:
+        probs.append(("scenario", "/failures", "an object {events, policy, max_migrations} (R116)"))
+        return probs
+    if fl.get("policy") not in ("migrate", "fail"):
+        probs.append(("scenario", "/failures/policy", '"migrate" or "fail" (R118)'))
+    elif fl["policy"] == "migrate":
+        if "max_migrations" not in fl:
+            probs.append(("scenario", "/failures", 'max_migrations with policy "migrate" (R118)'))
+        elif not is_int(fl["max_migrations"], 1, 2**32 - 1):
+            probs.append(("scenario", "/failures/max_migrations", "an integer 1 to 2^32-1 (R118)"))
+    elif "max_migrations" in fl:
+        probs.append(
+            ("scenario", "/failures/max_migrations", 'no max_migrations with policy "fail" (R118)')
+        )
+    evs = fl.get("events")
+    if not isinstance(evs, list) or not 1 <= len(evs) <= 65536:
+        probs.append(("scenario", "/failures/events", "a list of 1 to 65,536 failures (R116)"))
+        return probs
+    names = {name: (initial, sc) for _, name, initial, sc, _ in entries}
+    good = []
+    for i, e in enumerate(evs):
+        ptr = "/failures/events/%d" % i
+        if (
+            not isinstance(e, dict)
+            or not {"pool", "pool_worker", "at_us"} <= set(e)
+            or set(e) - {"pool", "pool_worker", "at_us", "recover_after_us"}
+        ):
+            probs.append(
+                ("scenario", ptr, "an object {pool, pool_worker, at_us, recover_after_us} (R116)")
+            )
+            continue
+        bad = False
+        if not is_pool_name(e["pool"]):
+            probs.append(("scenario", ptr + "/pool", "a pool name (R77, R116)"))
+            bad = True
+        elif e["pool"] not in names:
+            probs.append(("scenario", ptr + "/pool", "the name of a pool (R4, R116)"))
+            bad = True
+        if not is_int(e["pool_worker"], 0, 2**20 - 1):
+            probs.append(("scenario", ptr + "/pool_worker", "an integer 0 to 2^20-1 (R116)"))
+            bad = True
+        if not is_int(e["at_us"], 0, MAX_T):
+            probs.append(("scenario", ptr + "/at_us", "an integer 0 to 2^53-1 (R116)"))
+            bad = True
+        if "recover_after_us" in e and not is_int(e["recover_after_us"], 1, MAX_T):
+            probs.append(("scenario", ptr + "/recover_after_us", "an integer 1 to 2^53-1 (R116)"))
+            bad = True
+        if not bad:
+            good.append((i, e))
+    last = {}
+    for i, e in good:  # R4: the events of one worker in list order
+        key = (e["pool"], e["pool_worker"])
+        if key in last:
+            prev = last[key]
+            if (
+                "recover_after_us" not in prev
+                or e["at_us"] <= prev["at_us"] + prev["recover_after_us"]
+            ):
+                probs.append(
+                    (
+                        "scenario",
+                        "/failures/events/%d/at_us" % i,
+                        "a failure of pool %s worker %d after the previous one's recovery "
+                        "(R4, R116)" % key,
+                    )
+                )
+                continue
+        last[key] = e
+    if probs:
+        return probs
+    for _, name, initial, sc, _ in entries:  # R116: static existence, without autoscale
+        if name in autoscaled or not is_int(initial, 1, 65536):
+            continue
+        fails = [
+            (i, e["at_us"], e["pool_worker"], e.get("recover_after_us"))
+            for i, e in good
+            if e["pool"] == name
+        ]
+        if fails:
+            for i in sorted(static_creations(sc, initial, fails)):
+                probs.append(
+                    (
+                        "scenario",
+                        "/failures/events/%d/pool_worker" % i,
+                        "a worker pool %s has created by %d us (R4, R116)"
+                        % (name, evs[i]["at_us"]),
+                    )
+                )
+    return probs
+
+
 def lerp(x, y, num, den):  # R41 step 2; den == 0 means the bracket (i, i)
     if den == 0:
         return x
@@ -1433,42 +1786,65 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
     # R78: workers numbered across pools in pool order
     workers = []
     for p in pools:
+        p.members = []  # its workers in creation order: pool_worker is the position (R111)
+        p.c = None  # R115: when the policy last changed its count
+        p.live = p.peak_workers = p.workers  # starting, active or draining (R123)
         for j in range(p.workers):
             workers.append(Worker(len(workers), p, j, H))
+            p.members.append(workers[-1])
+    n_ranks = [sum(w.pool.dp_size for w in workers)]
+    fleet = {
+        k: 0
+        for k in (
+            "scale_ups",
+            "scale_downs",
+            "cancelled",
+            "drained",
+            "failures",
+            "ignored_failures",
+            "recoveries",
+        )
+    }
+    failures = scn.get("failures")
+    open_reqs = [len(reqs)]  # requests not yet terminal (R113's fleet events)
+    draining = []  # R112
     # R97: a fleet whose pools have roles is disaggregated; R99: each side is routed as if
     # the fleet were its pools alone, with its own count, generator and rank rotations
     disagg = any(p.role is not None for p in pools)
     kvt = scn.get("kv_transfer")  # R97, R103
 
     class Side:
-        def __init__(self, ws, routing):
-            self.workers = ws
-            self.N = len(ws)
-            self.W = sum(w.pool.weight for w in ws)  # R81
-            self.schedulers = [rk for w in ws for rk in w.ranks]  # R82: worker, then rank
+        def __init__(self, ps, routing):
+            self.pools = ps
             self.policy = routing["policy"]
             # R15, R58: one generator per side, with "random" or a state-aware policy with a seed
             self.rng = splitmix(routing["seed"]) if "seed" in routing else None
-            self.count = 0  # R13: the requests routed on this side
+            self.last = None  # R114: the global index of the worker the last request joined
+
+        def candidates(self):  # R114: its routable workers in global index order
+            return [w for w in workers if w.state == "active" and w.pool in self.pools]
 
     if disagg:
-        pside = Side([w for w in workers if w.pool.role == "prefill"], scn["routing"])
+        pside = Side([p for p in pools if p.role == "prefill"], scn["routing"])
         # R99: without routing.decode the decode side is routed by round robin
         dside = Side(
-            [w for w in workers if w.pool.role == "decode"],
+            [p for p in pools if p.role == "decode"],
             scn["routing"].get("decode", {"policy": "round_robin"}),
         )
     else:
-        pside = Side(workers, scn["routing"])
+        pside = Side(list(pools), scn["routing"])
         dside = None
     heap = []
     seq = [0]
 
-    def push(t, prio, payload):
-        # R7, R104: priorities 0 step completion, 1 transfer end, 2 arrival, 3 scheduling; a
-        # completion's order is its creation order, a transfer end's and an arrival's its
-        # request's workload position (R60, R104), a scheduling event's its worker's index (R83)
-        order = payload.i if prio == 3 else payload.idx if prio in (1, 2) else seq[0]
+    def push(t, prio, payload, order=None):
+        # R113: priorities 0 step completion, 1 worker failure, 2 worker transition, 3 transfer
+        # end, 4 arrival, 5 scheduling, 6 scaling decision; a completion's order is its
+        # creation order, a transfer end's and an arrival's its request's workload position
+        # (R60, R104), a scheduling event's its worker's index (R83); the fleet events give
+        # theirs (the failure's position, the worker's index, the pool's index)
+        if order is None:
+            order = payload.i if prio == 5 else payload.idx if prio in (3, 4) else seq[0]
         heapq.heappush(heap, (t, prio, order, seq[0], payload))
         seq[0] += 1
 
@@ -1500,7 +1876,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             raise InvalidInput(
                 "request %s would arrive at %s us, after 2^53-1 us (R6, R59)" % (r.id, t)
             )
-        push(t, 2, r)
+        push(t, 4, r)
 
     def release_unit(t):  # R61: the next unit's first request arrives at the release
         if next_unit[0] < len(units):
@@ -1516,8 +1892,10 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             release_unit(t0)
 
     def terminal(r, t):
-        """r reached its terminal state at t (completed or rejected): release what follows it,
-        its session's next turn (R59) or, under a closed loop, the next unit (R61)."""
+        """r reached its terminal state at t (completed, rejected or failed, R120): release
+        what follows it, its session's next turn (R59) or, under a closed loop, the next unit
+        (R61)."""
+        open_reqs[0] -= 1
         nxt = r.next_turn
         if nxt is not None:
             if closed is None:
@@ -1534,7 +1912,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         has_work = any(rk.running or rk.waiting for rk in w.ranks)
         if not w.busy and has_work and not w.sched_pending:
             w.sched_pending = True
-            push(now, 3, w)
+            push(now, 5, w)
 
     def identity(r, j, c):  # R47 in cache c: None when block j of r is not identified
         if not c.caching or not r.hashes:
@@ -1558,21 +1936,31 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         w.rotation += 1
         return rk
 
-    def route(r, side):  # R12, R80 to R82, R99: the rank an accepted request joins on a side
-        policy, rng, workers, N = side.policy, side.rng, side.workers, side.N
-        schedulers = side.schedulers
-        if policy == "round_robin":  # R13, R80
-            return rotate(workers[side.count % N])
-        if policy == "random":  # R15, R80
-            return rotate(workers[next(rng) % N])
-        if policy == "weighted_round_robin":  # R81: smooth weighted round robin
-            for w in workers:
+    def route(r, side):
+        """R12, R80 to R82, R99, R114: the rank a request joins on a side, chosen among the
+        side's candidates; None when there is none (no turn, draw or weight is taken)."""
+        policy, rng = side.policy, side.rng
+        cands = side.candidates()
+        if not cands:
+            return None
+        schedulers = [rk for w in cands for rk in w.ranks]  # R82: worker, then rank
+        if policy == "round_robin":  # R13, R80, R114: the next index after the last
+            w = cands[0]
+            if side.last is not None:
+                w = next((x for x in cands if x.i > side.last), cands[0])
+            side.last = w.i
+            return rotate(w)
+        if policy == "random":  # R15, R80, R114
+            return rotate(cands[next(rng) % len(cands)])
+        if policy == "weighted_round_robin":  # R81, R114: over the candidates
+            W = sum(w.pool.weight for w in cands)
+            for w in cands:
                 w.current += w.pool.weight
-            best = workers[0]
-            for w in workers:
+            best = cands[0]
+            for w in cands:
                 if w.current > best.current:  # strictly larger: the lowest index keeps a tie
                     best = w
-            best.current -= side.W
+            best.current -= W
             return rotate(best)
         if policy == "least_loaded":  # R55, R82 (R99: outstanding on the side's own terms)
             costs = [rk.outstanding for rk in schedulers]
@@ -1608,6 +1996,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         rk.waiting.insert(0, v)  # R78: the head of its own rank's queue
         note_waiting(rk)  # QUESTIONS-kv.md, Q3
         v.preemptions += 1
+        v.recompute = True  # R50
         rk.cache.preemptions += 1
         preempted.append(v.id)
 
@@ -1697,8 +2086,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             rem = L - h * B if cache is not None else L
             if mode == "chunked":
                 a = min(rem, mct, budget)
-            elif hd.preemptions > 0:
-                a = min(rem, budget)  # R50.3: a recompute in "whole" mode
+            elif hd.recompute:
+                a = min(rem, budget)  # R50.3, R118: a recompute in "whole" mode
             else:
                 a = rem if rem <= budget else 0
             if a == 0:
@@ -1726,7 +2115,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 for _ in range(need):
                     hd.blocks.append(cache.take())
                 hd.cached = h * B
-                if hd.preemptions == 0 and hd.retractions == 0:  # its first admission
+                if hd.first_sched is None:  # its first admission (R48, R118)
                     hd.reused = h * B
                 cache.reused_tokens += h * B
             rk.running.append(hd)
@@ -1844,7 +2233,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                         cache.hold(b)
                     x.blocks = list(hits)
                     x.cached = start
-                    if x.preemptions == 0 and x.retractions == 0:  # its first admission (R48)
+                    if x.first_sched is None:  # its first admission (R48, R118)
                         x.reused = start
                     cache.reused_tokens += start
                 rk.running.append(x)
@@ -1943,6 +2332,11 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         w.steps += 1
         w.busy_us += end - now  # a pass cut by the stop time gives back what lies after it
         w.inflight = (now, end, [rk for rk, _ in formed])
+        w.entries = []
+        w.pass_no += 1
+        for _, st in formed:  # R118: what this attempt computes below its migration's mark
+            for r, a, before in st[1]:
+                note_allot(r, before, a)
         for (rk, (decode, allot, preempted, shape, in_use, retracted, n)), d in zip(
             formed, durations
         ):
@@ -1975,8 +2369,10 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                     entry["kind"] = "mixed" if D and P else ("decode" if D else "prefill")
                     entry["retracted"] = retracted
                     entry["new_token_ratio"] = None if n is None else q(n, Q)
+                entry["cut_us"] = None  # R123: set when the pass is cut
                 trace.append(entry)
-        push(end, 0, w)
+                w.entries.append(entry)
+        push(end, 0, (w, w.pass_no))
 
     def end_step(rk, now):
         """R20, R51 for one rank's step at its pass's end; returns the requests it completed."""
@@ -2006,6 +2402,11 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         for r in rk.running:
             if r in made_held:  # R100: it leaves the running list and keeps its blocks
                 r.running = False
+                rk.held.add(r)
+                r.stage = "held"
+                # R107, R121: a new handoff (after a migration) replaces the last one's stages
+                r.drank = r.reserved = r.t_end = r.activation = None
+                r.ttokens = r.tus = r.dreused = None
                 r.prefill_end = now
                 rk.handed_off += 1
                 rk.outstanding -= 1  # R99: a prefill scheduler's outstanding ends here
@@ -2076,11 +2477,15 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         """R99, R100: route a Held request on the decode side; it joins the tail of that
         scheduler's reservation queue (Pending, R98), which is tried (R102 (a))."""
         rk = route(r, dside)
-        dside.count += 1
+        if rk is None:  # R114: no routable decode scheduler; its prefill side releases
+            fail(r, now, "no_routable_worker")
+            release_prefill(r, now)
+            return
         r.drank = rk
         rk.routed += 1
         rk.outstanding += 1  # R99: routed here by the decode side and not terminal
         rk.load_blocks += ceil_div(r.prompt, rk.cache.B)  # R54 over the same requests
+        r.stage = "pending"
         rk.resq.append(r)  # R102: no join of the waiting queue (peak_waiting, R29)
         try_queue(rk, now)
 
@@ -2102,14 +2507,14 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 )
                 if footprint(r, B) > available:
                     return
-                n = ceil_div(r.prompt, B)
+                n = ceil_div(r.prompt + len(r.tokens), B)  # R121: L
             else:  # "vllm": the decode hit (a whole prompt may be a hit), then n more blocks
                 while len(hits) < r.prompt // B:
                     ident = identity(r, len(hits), c)
                     if ident is None or ident not in c.registry:
                         break
                     hits.append(c.registry[ident])
-                n = ceil_div(r.prompt, B) - len(hits)
+                n = ceil_div(r.prompt + len(r.tokens), B) - len(hits)  # R121: L
                 own_cached = sum(1 for b in hits if b.holders == 0)
                 if n > c.free() + len(c.cached) - own_cached:
                     return
@@ -2123,10 +2528,12 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             r.dreused = len(hits) * B
             c.reused_tokens += r.dreused  # R107: a worker's reused_tokens counts it
             rk.resv.append(r)  # Transferring from now (R103)
+            r.stage = "transferring"
             r.reserved = now
             # R103: the transfer time, in exact integers
             full = kvt.get("mode", "destination_missing") == "full_prompt"
-            r.ttokens = r.prompt if full else r.prompt - r.dreused
+            L = r.prompt + len(r.tokens)  # R121: L in place of prompt_tokens
+            r.ttokens = L if full else L - r.dreused
             num = r.ttokens * kvt["bytes_per_token"] * 1000000
             den = kvt["bandwidth_bytes_per_s"]
             r.tus = kvt["base_latency_us"] + (num + den - 1) // den
@@ -2136,7 +2543,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                     "request %s's transfer would end at %d us, after 2^53-1 us (R6, R103)"
                     % (r.id, end)
                 )
-            push(end, 1, r)  # R104: the transfer end event
+            r.t_gen += 1
+            push(end, 3, (r, r.t_gen), r.idx)  # R104: the transfer end event
             c.check()
 
     def transfer_end(r, now):
@@ -2146,6 +2554,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         w = r.drank.worker
         if w.busy:
             w.ready.append(r)
+            r.stage = "ready"
         else:
             activate(r, now)
 
@@ -2154,10 +2563,11 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         rk = r.drank
         c = rk.cache
         rk.resv.remove(r)
+        r.stage = "decode"
         rk.running.append(r)
         r.running = True
-        r.cached = r.prompt  # its cached tokens are its prompt
-        r.target = r.prompt
+        r.cached = r.prompt + len(r.tokens)  # its cached tokens are its prompt (R121: its L)
+        r.target = r.cached
         r.hidden = 1  # R105: the hidden token counts as a token it produced
         for j in range(r.dhits, len(r.blocks)):  # R47: the blocks it took, in block order
             ident = identity(r, j, c)
@@ -2166,11 +2576,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 r.blocks[j].identity = ident
         r.activation = now
         rk.activated += 1
-        pc = r.prank.cache  # then its prefill scheduler releases its blocks (R46)
-        blocks, r.blocks = r.blocks, r.pblocks
-        pc.release(r)
-        r.blocks = blocks
-        pc.check()
+        release_prefill(r, now)  # then its prefill scheduler releases its blocks (R46)
         maybe_schedule(r.prank.worker, now)  # R101: the release schedules the prefill worker
         maybe_schedule(rk.worker, now)  # R16
 
@@ -2205,40 +2611,384 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 return REASONS[4]
         return None
 
+    # ---- Section 18: a fleet that changes (R109 to R122) ----
+    LIVE = ("starting", "active", "draining")
+    fpolicy = failures["policy"] if failures else None
+    max_mig = failures.get("max_migrations") if failures else None
+    pool_by_name = {p.name: p for p in pools}
+
+    def startup(p):  # R110: 0 when absent
+        return (p.scaling or {}).get("startup_us", 0)
+
+    def note_allot(r, before, a):
+        """R118: the positions below a migration's lost tokens that an allotment of the new
+        attempt computes, each once (counted when the allotment is given, QUESTIONS-fleet.md)."""
+        if r.rc is None:
+            return
+        mark, cov = r.rc
+        lo, hi = before, min(before + a, mark)
+        if lo >= hi:
+            return
+        new = hi - lo
+        for x, y in cov:  # cov: disjoint intervals already counted
+            new -= max(0, min(y, hi) - max(x, lo))
+        r.recomputed += new
+        merged = []
+        for x, y in sorted([*cov, (lo, hi)]):
+            if merged and x <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], y))
+            else:
+                merged.append((x, y))
+        r.rc = (mark, merged)
+
+    def set_state(w, st, t):  # R109, R123: a state change, in its lifecycle
+        p = w.pool
+        was_live = w.state in LIVE
+        w.state = st
+        w.life.append([st, t])
+        if was_live and st not in LIVE:
+            p.live -= 1
+        elif st in LIVE and not was_live:
+            p.live += 1
+            p.peak_workers = max(p.peak_workers, p.live)
+        if st != "active":
+            w.current = 0  # R114: a worker that stops being a candidate loses its weight
+        if st == "draining":
+            draining.append(w)
+
+    def effective(p):  # R109: active or starting
+        return sum(1 for w in p.members if w.state in ("active", "starting"))
+
+    def add_worker(p, t):  # R111
+        if len(workers) + 1 > 2**20 or n_ranks[0] + p.dp_size > 2**20:
+            raise InvalidInput(
+                "a scaling decision of pool %s at %d us would create more than 2^20 workers "
+                "or ranks (R6, R110)" % (p.name, t)
+            )
+        w = Worker(len(workers), p, len(p.members), H)
+        workers.append(w)
+        p.members.append(w)
+        n_ranks[0] += p.dp_size
+        w.created = t
+        fleet["scale_ups"] += 1
+        S = startup(p)
+        w.state = "active" if S == 0 else "starting"
+        w.life = [[w.state, t]]
+        p.live += 1
+        p.peak_workers = max(p.peak_workers, p.live)
+        if S and t + S <= MAX_T:  # a startup end after 2^53-1 us never happens
+            push(t + S, 2, ("up", w, w.gen), w.i)
+
+    def apply_target(p, target, t):  # R110 to R112
+        e = effective(p)
+        if target > e:
+            for _ in range(target - e):
+                add_worker(p, t)
+        elif target < e:
+            k = e - target
+            fleet["scale_downs"] += k
+            for w in sorted(p.members, key=lambda x: -x.i):  # R112: cancel, highest first
+                if k and w.state == "starting":
+                    set_state(w, "removed", t)
+                    fleet["cancelled"] += 1
+                    k -= 1
+            for w in sorted(p.members, key=lambda x: -x.i):  # then drain, highest first
+                if k and w.state == "active":
+                    set_state(w, "draining", t)
+                    k -= 1
+            check_drained(t)
+
+    def check_drained(t):  # R112: removed once it has no pass and no request
+        for w in list(draining):
+            if w.state != "draining":
+                draining.remove(w)
+            elif not w.busy and not w.ready and not w.has_requests():
+                draining.remove(w)
+                set_state(w, "removed", t)
+                fleet["drained"] += 1
+
+    def fail(r, t, reason):  # R118: the terminal state Failed
+        r.failed = True
+        r.fail_reason = reason
+        r.running = False
+        r.done_t = t
+        r.stage = None
+        terminal(r, t)
+
+    def release_prefill(r, now):  # R46, R104: its prefill scheduler releases its blocks
+        rk = r.prank
+        if r not in rk.held:
+            return  # released already, or lost with a failed prefill worker (R121)
+        rk.held.discard(r)
+        blocks, r.blocks = r.blocks, r.pblocks
+        rk.cache.release(r)
+        r.blocks = blocks
+        r.pblocks = []
+        rk.cache.check()
+        # R101: a release schedules the prefill worker (an activation's, and, without which
+        # the worker could wait for ever, one at a failure: QUESTIONS-fleet.md, Q7)
+        maybe_schedule(rk.worker, now)
+
+    def migrate(r, t, w, rk, lost):  # R118: a migration arrival of r at t
+        r.migrations.append(
+            {
+                "at_us": t,
+                "worker": w.i,
+                "pool": w.pool.name,
+                "rank": rk.q,
+                "output_tokens": len(r.tokens),
+                "lost_tokens": lost,
+            }
+        )
+        w.migrated_out += 1
+        r.rc = (lost, [])
+        r.recompute = r.preemptions > 0 or len(r.tokens) > 0  # R50 as R118 amends it
+        r.running = False
+        r.blocks = []
+        r.pblocks = []
+        r.cached = 0
+        r.hidden = 0  # R121: the hidden token is hidden again
+        r.target = r.prompt + len(r.tokens)
+        r.stage = None
+        push(t, 4, ("mig", r), r.idx)
+
+    def worker_failure(k, t):  # R117
+        ev = failures["events"][k]
+        p = pool_by_name[ev["pool"]]
+        pw = ev["pool_worker"]
+        w = p.members[pw] if pw < len(p.members) else None
+        if w is None or w.state in ("removed", "failed"):
+            fleet["ignored_failures"] += 1  # R116, R117
+            return
+        fleet["failures"] += 1
+        w.failures += 1
+        was = w.state
+        if w.inflight is not None:  # 1. the pass in flight is cut (R62 with F for D)
+            start, end, ranks = w.inflight
+            assert start < t < end
+            w.busy_us -= end - t
+            for rk in ranks:
+                d = rk.step[2]
+                rk.busy_us -= d - min(d, t - start)
+                rk.step = None
+            for entry in w.entries:
+                entry["cut_us"] = t
+            w.inflight = None
+            w.busy = False
+            w.entries = []
+            w.pass_no += 1  # its completion event is discarded
+        # 2. the requests on w: (request, rank, lost tokens, re-handed?)
+        hit = []
+        changed = []  # decode schedulers whose queue or blocks changed (R121)
+        for rk in w.ranks:
+            for r in rk.waiting + rk.running:
+                hit.append((r, rk, r.cached, False))
+            for r in list(rk.held):  # R121: a prefill worker's Held, Pending, Transferring
+                if r.stage == "ready":
+                    r.pblocks = []  # its KV is on its decode worker; the release does nothing
+                    continue
+                d = r.drank
+                if r.stage == "pending":
+                    d.resq.remove(r)
+                elif r.stage == "transferring":
+                    r.t_gen += 1  # its transfer end is discarded
+                    d.resv.remove(r)
+                    d.cache.release(r)  # R46: not registered, so they become free
+                    d.cache.check()
+                if r.stage in ("pending", "transferring"):
+                    d.outstanding -= 1
+                    d.load_blocks -= ceil_div(r.prompt, d.cache.B)
+                    if d not in changed:
+                        changed.append(d)
+                hit.append((r, rk, r.prompt + len(r.tokens), False))
+            for r in rk.resq + rk.resv:  # R121: a decode worker's Pending, Transferring, Ready
+                if r.stage == "transferring":
+                    r.t_gen += 1
+                r.blocks = []
+                hit.append((r, rk, 0, True))
+        w.ready = []
+        for rk in w.ranks:
+            rk.waiting, rk.running, rk.resq, rk.resv = [], [], [], []
+            rk.held = set()
+            rk.outstanding = rk.load_blocks = 0
+            rk.step = None
+        # w is no candidate from F on (R114): a re-handed request is routed among the others.
+        # Its state is recorded now; steps 2 and 3 do not depend on when (QUESTIONS-fleet.md)
+        set_state(w, "failed", t)  # 4. the state
+        hit.sort(key=lambda x: x[0].idx)
+        for r, rk, lost, rehand in hit:
+            r.lost += lost
+            w.lost_tokens += lost
+            r.running = False
+            if fpolicy == "migrate" and len(r.migrations) < max_mig:
+                if rehand:  # R121: Held again on its prefill scheduler, routed again
+                    r.migrations.append(
+                        {
+                            "at_us": t,
+                            "worker": w.i,
+                            "pool": w.pool.name,
+                            "rank": rk.q,
+                            "output_tokens": len(r.tokens),
+                            "lost_tokens": 0,
+                        }
+                    )
+                    w.migrated_out += 1
+                    r.stage = "held"
+                    r.reserved = r.t_end = r.activation = None
+                    r.ttokens = r.tus = r.dreused = None
+                    r.dhits = 0
+                    hand_off(r, t)
+                else:
+                    migrate(r, t, w, rk, lost)
+            else:
+                w.failed_requests += 1
+                fail(r, t, "worker_failure" if fpolicy == "fail" else "migration_limit")
+                if rehand:
+                    release_prefill(r, t)
+                r.blocks = []
+                r.pblocks = []
+        for rk in w.ranks:  # 3. the cache is lost
+            if rk.cache is not None:
+                rk.cache.wipe()
+        w.gen += 1  # a startup end of a starting worker does nothing
+        rec = ev.get("recover_after_us")
+        if rec is not None and was != "draining" and t + rec <= MAX_T:
+            push(t + rec, 2, ("recover", w, None), w.i)
+        for rk in sorted(changed, key=lambda x: (x.worker.i, x.q)):  # R121's fourth moment
+            if rk.worker.state != "failed":
+                try_queue(rk, t)
+                maybe_schedule(rk.worker, t)  # its freed blocks (QUESTIONS-fleet.md, Q7)
+
+    def transition(kind, w, g, t):  # R111, R119
+        if kind == "up":
+            if w.state == "starting" and w.gen == g:
+                set_state(w, "active", t)
+            return
+        assert w.state == "failed"
+        fleet["recoveries"] += 1
+        w.rotation = 0  # R114: a recovered worker's rank rotation starts at rank 0
+        w.current = 0
+        for rk in w.ranks:
+            if rk.pool.style == "sglang":
+                rk.n = rk.n_init  # R119: R89's ratio at its initial value
+        S = startup(w.pool)
+        if S == 0:
+            set_state(w, "active", t)
+        else:
+            set_state(w, "starting", t)
+            w.gen += 1
+            if t + S <= MAX_T:
+                push(t + S, 2, ("up", w, w.gen), w.i)
+
+    def metric(p, kind):  # R115: (num, d) over the pool's active workers
+        act = [w for w in p.members if w.state == "active"]
+        ranks = [rk for w in act for rk in w.ranks]
+        if kind == "waiting_per_worker":
+            return sum(len(rk.waiting) + len(rk.resq) for rk in ranks), len(act)
+        if kind == "outstanding_per_worker":
+            return sum(rk.outstanding for rk in ranks), len(act)
+        return sum(rk.cache.held for rk in ranks), sum(rk.cache.size for rk in ranks)
+
+    def tick(p, k, t):  # R115: the decision at a tick
+        a = p.scaling["autoscale"]
+        lo, hi = a["min"], a["max"]
+        e = effective(p)
+        target = None
+        if e < lo:
+            target = lo
+        elif e > hi:
+            target = hi
+        elif p.c is not None and t < p.c + a.get("cooldown_us", 0):
+            target = None
+        else:
+            num, d = metric(p, a["metric"])
+            high = d > 0 and num * 1000 > a["up_permille"] * d
+            low = d > 0 and num * 1000 < a["down_permille"] * d
+            if high and e < hi:
+                target = min(e + a.get("step", 1), hi)
+            elif low and e > lo:
+                target = max(e - a.get("step", 1), lo)
+        if target is not None and target != e:
+            apply_target(p, target, t)
+            p.c = t
+        nxt = (k + 1) * a["interval_us"]
+        if nxt <= MAX_T:
+            push(nxt, 6, ("tick", p, k + 1), pools.index(p))
+
+    for pi, p in enumerate(pools):  # R110, R115: the pools' decisions
+        sc = p.scaling or {}
+        for entry in sc.get("schedule", []):
+            push(entry["at_us"], 6, ("target", p, entry["target"]), pi)
+        if "autoscale" in sc and sc["autoscale"]["interval_us"] <= MAX_T:
+            push(sc["autoscale"]["interval_us"], 6, ("tick", p, 1), pi)
+    if failures:  # R116: each failure at its time, ordered by its position
+        for k, ev in enumerate(failures["events"]):
+            push(ev["at_us"], 1, ("fail", k), k)
+
+    def join(r, rk, t):  # R12, R29: r joins the tail of rk's waiting queue
+        r.prank = rk
+        w = rk.worker
+        r.worker = w.i
+        r.rank = rk.q
+        rk.routed += 1
+        rk.outstanding += 1
+        if rk.cache is not None:
+            rk.load_blocks += ceil_div(r.prompt, rk.cache.B)
+        rk.waiting.append(r)
+        note_waiting(rk)
+        maybe_schedule(w, t)
+
     while heap:
         t, prio, _, _, payload = heapq.heappop(heap)
-        if stop is not None and (t > stop or (t == stop and prio > 1)):
-            # R62, R104: completions and transfer ends at or before the stop time only
+        if stop is not None and (t > stop or (t == stop and prio not in (0, 3))):
+            # R62, R104, R113: completions and transfer ends at or before the stop time only
             continue
+        if prio in (1, 2, 6) and open_reqs[0] == 0:
+            continue  # R113: a fleet event after the last terminal time is dropped
         if prio == 0:
-            end_pass(payload, t)
+            w, no = payload
+            if no == w.pass_no and w.inflight is not None:
+                end_pass(w, t)
         elif prio == 1:
-            transfer_end(payload, t)
+            worker_failure(payload[1], t)
         elif prio == 2:
+            transition(payload[0], payload[1], payload[2], t)
+        elif prio == 3:
+            r, g = payload
+            if g == r.t_gen:
+                transfer_end(r, t)
+        elif prio == 4 and isinstance(payload, tuple):  # a migration arrival (R118)
+            r = payload[1]
+            rk = route(r, pside)
+            if rk is None:
+                fail(r, t, "no_routable_worker")
+            else:
+                join(r, rk, t)
+        elif prio == 4:
             r = payload
             r.arrival = t  # R26, R60: when it actually arrived
             r.reason = reject_reason(r)
+            rk = None
+            if r.reason is None:
+                rk = route(r, pside)  # R99: on the prefill side in a disaggregated fleet
+                if rk is None:
+                    r.reason = "no_routable_worker"  # R114: R10's sixth reason
             if r.reason is not None:
                 r.done_t = r.arrival
                 terminal(r, t)  # R61: it ends at once, and its successor is released now
-                continue
-            rk = route(r, pside)  # R99: on the prefill side in a disaggregated fleet
-            pside.count += 1
-            r.prank = rk
-            w = rk.worker
-            r.worker = w.i
-            r.rank = rk.q
-            rk.routed += 1
-            rk.outstanding += 1
-            if rk.cache is not None:
-                rk.load_blocks += ceil_div(r.prompt, rk.cache.B)
-            rk.waiting.append(r)
-            note_waiting(rk)
-            maybe_schedule(w, t)
-        else:
+            else:
+                join(r, rk, t)
+        elif prio == 5:
             w = payload
             w.sched_pending = False
-            start_pass(w, t)
+            if w.state in ("active", "draining"):
+                start_pass(w, t)
+        elif payload[0] == "target":
+            apply_target(payload[1], payload[2], t)
+        else:
+            tick(payload[1], payload[2], t)
+        if draining:
+            check_drained(t)
 
     if stop is not None:  # R62: nothing is left to process; cut off what has not ended
         for w in workers:
@@ -2249,18 +2999,27 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 for rk in ranks:  # R85: a cut step counts min(d_r, D - start)
                     d = rk.step[2]
                     rk.busy_us -= d - min(d, stop - start)
+                for entry in w.entries:
+                    entry["cut_us"] = stop
         for r in reqs:
             if r.reason is None and r.done_t is None:
                 r.cut = True
                 r.done_t = stop
     return build_report(
-        reqs, workers, pools, trace if trace_on else None, report_version, scn.get("slo"), kvt
+        reqs,
+        workers,
+        pools,
+        trace if trace_on else None,
+        report_version,
+        scn.get("slo"),
+        kvt,
+        fleet,
     )
 
 
 def meets(r, slo):
     """R63: completed, and each given bound holds inclusively (the mean ITL in integers)."""
-    if r.reason is not None or r.cut:
+    if r.reason is not None or r.cut or r.failed:  # R120: a failed request never meets them
         return False
     ft, ct, n = r.tokens[0], r.tokens[-1], len(r.tokens)
     if "ttft_us" in slo and ft - r.arrival > slo["ttft_us"]:
@@ -2316,7 +3075,20 @@ def handoff_of(r):
     }
 
 
-def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None):
+def worker_times(w, lo, hi):
+    """R122: the time within [lo, hi] the worker spent in each state, from its lifecycle."""
+    out = dict.fromkeys(("starting", "active", "draining", "failed", "removed"), 0)
+    life = w.life
+    for j, (st, at) in enumerate(life):
+        end = life[j + 1][1] if j + 1 < len(life) else None
+        a = max(at, lo)
+        b = hi if end is None else min(end, hi)
+        if b > a:
+            out[st] += b - a
+    return out
+
+
+def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None, fleet=None):
     rv = int(report_version.split(".")[0])
     v3 = rv >= 3  # R52's members
     v4 = rv >= 4  # R57's member
@@ -2324,18 +3096,19 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
     v6 = rv >= 6  # R85's members
     v7 = rv >= 7  # R95's members
     v8 = rv >= 8  # R107's members
+    v9 = rv >= 9  # R123's members
     # R64: the earliest arrival of a request that arrived; the latest terminal time of all
     first_arrival = min(r.arrival for r in reqs if r.arrival is not None)
     makespan = max(r.done_t for r in reqs) - first_arrival
     req_out = []
-    completed = [r for r in reqs if r.reason is None and not r.cut]
+    completed = [r for r in reqs if r.reason is None and not r.cut and not r.failed]
     for r in reqs:
-        if r.cut:  # R62: what it did before the stop time, and no completion
+        if r.cut or r.failed:  # R62, R118: what it did before, and no completion
             ft = r.tokens[0] if r.tokens else None
             e = {
                 "id": r.id,
                 "worker": r.worker,
-                "outcome": "cut_off",
+                "outcome": "failed" if r.failed else "cut_off",
                 "reject_reason": None,
                 "prompt_tokens": r.prompt,
                 "output_tokens": len(r.tokens),
@@ -2406,6 +3179,11 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             e["retractions"] = r.retractions
         if v8:  # R107
             e["handoff"] = handoff_of(r)
+        if v9:  # R123
+            e["migrations"] = r.migrations
+            e["fail_reason"] = r.fail_reason
+            e["lost_tokens"] = r.lost
+            e["recomputed_tokens"] = r.recomputed
         req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
     prompt_tokens = sum(r.prompt for r in completed)
@@ -2413,6 +3191,8 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
     for r in completed:
         gaps.extend(b - a for a, b in zip(r.tokens, r.tokens[1:]))
     reasons = REASONS if v3 else REASONS[:4]
+    if v9:
+        reasons = [*REASONS, "no_routable_worker"]  # R114
     summary = {
         "requests": len(reqs),
         "completed": len(completed),
@@ -2442,6 +3222,25 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
                 "request_throughput_per_s": q(len(good) * 1000000, makespan),
                 "output_token_throughput_per_s": q(good_tokens * 1000000, makespan),
             }
+    # R122: the accounting window and each worker's time in it
+    times = {w.i: worker_times(w, first_arrival, first_arrival + makespan) for w in workers}
+    wus = {
+        w.i: times[w.i]["starting"] + times[w.i]["active"] + times[w.i]["draining"] for w in workers
+    }
+    if not v9:  # before report 9.0 the fleet never changes: worker_us is makespan_us
+        wus = {w.i: makespan for w in workers}
+    if v9:
+        summary["failed"] = sum(1 for r in reqs if r.failed)
+        summary["failed_by_reason"] = {
+            x: sum(1 for r in reqs if r.fail_reason == x)
+            for x in ("worker_failure", "migration_limit", "no_routable_worker")
+        }
+        summary["migrations"] = sum(len(r.migrations) for r in reqs)
+        summary["lost_tokens"] = sum(r.lost for r in reqs)
+        summary["recomputed_tokens"] = sum(r.recomputed for r in reqs)
+        summary["worker_us"] = sum(wus.values())
+        summary["worker_hours"] = q(summary["worker_us"], 3_600_000_000)
+        summary["fleet"] = dict(fleet)
     caches = [rk.cache for w in workers for rk in w.ranks if rk.cache is not None]
     if v3:
         if not any(p.kv is not None for p in pools):  # R85: null when no pool has a cache
@@ -2493,7 +3292,7 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             "completed": sum(rk.completed for rk in rs),
             "steps": w.steps,  # R85: its passes
             "busy_us": w.busy_us,
-            "utilization": q(w.busy_us, makespan),
+            "utilization": q(w.busy_us, wus[w.i]),  # R122
             "peak_running": w.peak_running,
             "peak_waiting": w.peak_waiting,
             "prefill_tokens": sum(rk.prefill_tokens for rk in rs),
@@ -2517,7 +3316,7 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
                     "completed": rk.completed,
                     "steps": rk.steps,
                     "busy_us": rk.busy_us,
-                    "utilization": q(rk.busy_us, makespan),
+                    "utilization": q(rk.busy_us, wus[w.i]),  # R122
                     "peak_running": rk.peak_running,
                     "peak_waiting": rk.peak_waiting,
                     "prefill_tokens": rk.prefill_tokens,
@@ -2539,6 +3338,19 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             for rk, entry in zip(rs, e["ranks"]):
                 entry["handed_off"] = rk.handed_off
                 entry["activated"] = rk.activated
+        if v9:  # R123
+            tw = times[w.i]
+            e["lifecycle"] = [{"state": st, "at_us": at} for st, at in w.life]
+            e["created_us"] = w.created
+            e["worker_us"] = wus[w.i]
+            e["starting_us"] = tw["starting"]
+            e["active_us"] = tw["active"]
+            e["draining_us"] = tw["draining"]
+            e["failed_us"] = tw["failed"]
+            e["failures"] = w.failures
+            e["migrated_out"] = w.migrated_out
+            e["failed_requests"] = w.failed_requests
+            e["lost_tokens"] = w.lost_tokens
         wout.append(e)
     pout = None
     if v6:  # R85: one entry per pool, in pool order
@@ -2550,6 +3362,7 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             n_done = sum(e["completed"] for e in mine)
             p_out = sum(len(r.tokens) for r in done)
             busy = sum(e["busy_us"] for e in mine)
+            p_wus = sum(wus[w.i] for w in workers if w.pool is p)
             kv = None
             if p.kv is not None:
                 kv = {
@@ -2576,7 +3389,7 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
                     "output_tokens": p_out,
                     "steps": sum(e["steps"] for e in mine),
                     "busy_us": busy,
-                    "utilization": q(busy, p.workers * makespan),
+                    "utilization": q(busy, p_wus),  # R122
                     "request_throughput_per_s": q(n_done * 1000000, makespan),
                     "output_token_throughput_per_s": q(p_out * 1000000, makespan),
                     "kv_cache": kv,
@@ -2588,10 +3401,21 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
                 pout[-1]["handed_off"] = sum(e["handed_off"] for e in mine)
                 pout[-1]["activated"] = sum(e["activated"] for e in mine)
                 pout[-1]["role"] = p.role
+            if v9:  # R123
+                pout[-1]["workers_created"] = len(p.members)
+                pout[-1]["peak_workers"] = p.peak_workers
+                pout[-1]["worker_us"] = p_wus
+                pout[-1]["worker_hours"] = q(p_wus, 3_600_000_000)
+                pout[-1]["failures"] = sum(e["failures"] for e in mine)
+                pout[-1]["migrations"] = sum(e["migrated_out"] for e in mine)
+                pout[-1]["failed"] = sum(e["failed_requests"] for e in mine)
     if trace is not None:
         # R85: in order of (start_us, worker, rank); the sort is stable, and a worker's steps
         # of one pass are appended in rank order
         trace.sort(key=lambda s: (s["start_us"], s["worker"]))
+        if not v9:
+            for entry in trace:
+                del entry["cut_us"]
     return summary, wout, req_out, trace, pout
 
 
@@ -2630,9 +3454,11 @@ def main(argv=None):
     rp.add_argument(
         "--report-version",
         choices=sorted(READS),
-        default="8.0",
-        help="report 8.0 (the default, R31, R108; reads scenario 1.0 to 1.6 and workload 1.0 "
-        "to 1.2), 7.0 (R96; reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to 1.4 and workload 1.0 to 1.2), 5.0 (reads "
+        default="9.0",
+        help="report 9.0 (the default, R31, R124; reads scenario 1.0 to 1.7 and workload 1.0 "
+        "to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; "
+        "reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to "
+        "1.4 and workload 1.0 to 1.2), 5.0 (reads "
         "scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario 1.0 to 1.2 and "
         "workload 1.0 and 1.1), 3.0 (reads scenario and workload 1.0 and 1.1) or 2.0 (reads "
         "them at 1.0 only, R2, R38)",
@@ -2644,7 +3470,7 @@ def main(argv=None):
             json.dumps(
                 {
                     "name": "servesim-independent",
-                    "version": "0.7.0",
+                    "version": "0.8.0",
                     "protocol_version": 5,
                     "schema_versions": {
                         "scenario": reads["scenario"],
@@ -2679,6 +3505,7 @@ def main(argv=None):
         problems += check_sessions(docs["scenario"], docs["workload"])
         problems += check_styles(docs["scenario"])
         problems += check_disagg(docs["scenario"])
+        problems += check_fleet(docs["scenario"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
