@@ -517,12 +517,6 @@ ITL_CASE: Documents = (
 )
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="the reference (fleet-ref 4ce15a2) stops with AssertionError in report.writer.itl_gaps "
-    "on this valid input (reported to the lead); remove when fixed",
-)
 def test_a_request_migrated_off_a_decode_worker_keeps_its_token_gaps() -> None:
     """R28, R118, R121: a completed request's ITL samples are all its gaps, the one across its
     migration included; both implementations give the same report."""
