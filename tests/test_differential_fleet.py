@@ -126,16 +126,10 @@ def note_what_happened(report: bytes | None) -> None:
 #: - RQ2 (docs/design/issue-27-reference-questions.md; R118): whether a new attempt's allotment
 #:   in a step later cut by a failure "computes" its positions for ``recomputed_tokens`` (the
 #:   reference: no, only a step that ends; the plain loop: yes, when the step is formed).
-#: - R107, R121 (``handoff``): the handoff of a request that fails at its prefill end for want
-#:   of a routable decode worker (the reference at 4ce15a2: null; the plain loop: one with its
-#:   ``prefill_end_us``), and which stages of a migrated request's earlier handoff its new one
-#:   keeps; and so the reservation waits.
+#:   SPEC.md R118 (db339b8) settled it the reference's way; kept until the plain loop follows.
 KNOWN_READINGS = {
     "RQ2: recomputed_tokens of a cut allotment": re.compile(
         r"^/(requests/\d+|summary)/recomputed_tokens$"
-    ),
-    "R107/R121: handoff of a request failed for want of a routable worker": re.compile(
-        r"^/requests/\d+/handoff(/.*)?$|^/summary/transfers/reservation_wait_us/\w+$"
     ),
 }
 

@@ -404,10 +404,15 @@ class FleetEventLoop(EventLoop):
                 Migration(now_us, unit.index, pool_name, rank.rank, produced, lost)
             )
             if rehanded:  # R121: Held again on its prefill scheduler, routed on the decode side
+                last = state.handoff
+                assert last is not None
                 _held_again(state)
                 decode = self._choose(state, "decode")
                 if decode is None:  # R114: it fails Held, its prefill scheduler releases
                     sources.append(self._release_source(state))
+                    # R121: its handoff stays its last one, to d (d its decode_worker)
+                    last.source_blocks = HeldBlocks()
+                    state.handoff = last
                     self._fail(state, fate, "no_routable_worker", now_us)
                     continue
                 _rehand(state, decode)
