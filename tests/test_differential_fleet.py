@@ -127,9 +127,16 @@ def note_what_happened(report: bytes | None) -> None:
 #:   in a step later cut by a failure "computes" its positions for ``recomputed_tokens`` (the
 #:   reference: no, only a step that ends; the plain loop: yes, when the step is formed).
 #:   SPEC.md R118 (db339b8) settled it the reference's way; kept until the plain loop follows.
+#: - R121 (the lead's RQ9 decision): a re-handing that finds no routable decode scheduler
+#:   leaves the handoff "as it was" (the reference: its reservation and transfer stages kept;
+#:   the plain loop: d kept, the later stages null), and so the reservation waits.
 KNOWN_READINGS = {
     "RQ2: recomputed_tokens of a cut allotment": re.compile(
         r"^/(requests/\d+|summary)/recomputed_tokens$"
+    ),
+    "R121: a re-handing without a routable decode scheduler": re.compile(
+        r"^/requests/\d+/handoff/(reserved_us|transfer_start_us|transfer_us|transferred_tokens"
+        r"|decode_reused_tokens)$|^/summary/transfers/reservation_wait_us/\w+$"
     ),
 }
 

@@ -791,12 +791,6 @@ def test_the_reference_keeps_every_fleet_invariant(documents: tuple[Document, ..
     fleet_invariants.check_fleet_report(documents[0], value)
 
 
-@pytest.mark.skip(
-    reason="the reference (fleet-ref at 4ce15a2) reports handoff null for a request that fails at "
-    "its prefill end for want of a routable decode worker, where R107 asks for a handoff with "
-    "its prefill_end_us (the plain loop writes one); check_outcomes flags it. Remove this skip "
-    "when the lead has settled it"
-)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents=fleet_input_triples(disaggregated_input_triples()))
 def test_the_reference_keeps_every_fleet_invariant_disaggregated(
