@@ -27,6 +27,7 @@ import re
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import event, given, settings
@@ -522,3 +523,33 @@ def test_a_request_migrated_off_a_decode_worker_keeps_its_token_gaps() -> None:
     """R28, R118, R121: a completed request's ITL samples are all its gaps, the one across its
     migration included; both implementations give the same report."""
     assert_agree(ITL_CASE, generated=False, tolerate=False)
+
+
+def _step_by_step(documents: Documents, *, trace: bool) -> tuple[int, bytes | None]:
+    """The reference with every step formed one at a time (no run of identical steps)."""
+    with mock.patch("servesim.engine.loop.plan_run", return_value=None):
+        return reference_outcome(documents, trace=trace)
+
+
+@settings(max_examples=EXAMPLES)
+@given(
+    fleet_input_triples(
+        long_outputs(
+            st.one_of(
+                input_triples(),
+                kv_input_triples(),
+                session_input_triples(),
+                pool_input_triples(),
+                styled_input_triples(),
+            )
+        )
+    ),
+    st.booleans(),
+)
+def test_runs_in_a_changing_fleet_equal_step_by_step_formation(
+    documents: Documents, trace: bool
+) -> None:
+    """The reference's runs of identical decode steps in a fleet that changes, bounded by the
+    instants of its failures, schedule entries and ticks, give the report of forming every step
+    one at a time (long outputs: long runs, which failures, ticks and drains meet)."""
+    assert reference_outcome(documents, trace=trace) == _step_by_step(documents, trace=trace)

@@ -6,9 +6,12 @@ migration and recovery, as one event loop the simulation uses only when a scenar
 worker transitions, scaling decisions) and R114's routing over the routable workers. A worker
 (``Worker`` or ``RankGroup``) is unchanged: what section 18 adds about it (its state, its
 lifecycle, its pool, its failures) is its ``WorkerLife`` here, which the loop consults before it
-routes to a worker or lets it form a step. Every step is formed one at a time (``EventLoop.runs``
-off): a failure or a tick may read or cut any worker at any instant, which the runs of identical
-steps of a fleet that never changes would hide.
+routes to a worker or lets it form a step. In an aggregated fleet a step may stand for a run of
+identical decode steps, as in a fleet that never changes, but no run passes an instant at which
+a fleet event may read or cut its worker (a failure's, a schedule entry's or a tick's): the run
+keeps the steps ending at or before that instant (``_bound_run``, as R62's stop time does), so
+at each such instant every worker is as step-by-step formation leaves it. A disaggregated fleet,
+and the carried passes of several ranks, form every step one at a time.
 
 A fleet that never changes never reaches this module: ``loop.simulate`` takes the old loop.
 """
@@ -16,6 +19,7 @@ A fleet that never changes never reaches this module: ``loop.simulate`` takes th
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -231,6 +235,7 @@ class FleetEventLoop(EventLoop):
         "changes_counts",
         "failures",
         "fates",
+        "fleet_instants",
         "last_cooldown",
         "lives",
         "peaks",
@@ -239,6 +244,7 @@ class FleetEventLoop(EventLoop):
         "routers",
         "side_units",
         "terminal_cursor",
+        "tick_intervals",
     )
 
     def __init__(
@@ -251,7 +257,20 @@ class FleetEventLoop(EventLoop):
         progress: ProgressCallback | None = None,
     ) -> None:
         super().__init__(scenario, workload, timing, record_trace=record_trace, progress=progress)
-        self.runs = False  # every step one at a time: a failure or a tick may come at any time
+        # runs of identical steps, bounded by the fleet events' instants (``_bound_run``); in a
+        # disaggregated fleet every step one at a time (handoffs and re-handings change workers)
+        self.runs = not self.disaggregated
+        instants: set[int] = set()
+        intervals: set[int] = set()
+        for pool in scenario.pools:
+            if pool.scaling is not None:
+                instants.update(entry.at_us for entry in pool.scaling.schedule)
+                if pool.scaling.autoscale is not None:
+                    intervals.add(pool.scaling.autoscale.interval_us)
+        if scenario.failures is not None:
+            instants.update(event.at_us for event in scenario.failures.events)
+        self.fleet_instants = sorted(instants)
+        self.tick_intervals = sorted(intervals)
         self.pools = scenario.pools
         self.failures = scenario.failures
         self.lives: list[WorkerLife] = []
@@ -309,6 +328,29 @@ class FleetEventLoop(EventLoop):
                 queue.append((event.at_us, FAILURE, position, position))
         heapq.heapify(queue)
         super().run()
+
+    def _bound_run(self, step: Step, now_us: int) -> None:
+        """A run formed at ``now_us`` keeps the steps ending at or before the first instant at
+        or after ``now_us`` of a failure, a schedule entry or a tick (``Step.stop_at``), so that
+        the fleet event finds its worker as step-by-step formation would (its step at the
+        instant, if any, is one step: a failure cuts it, R117; a tick reads the state, R115).
+        A step completion at an instant comes before the fleet events at it (R113)."""
+        bound: int | None = None
+        instants = self.fleet_instants
+        index = bisect_left(instants, now_us)
+        if index < len(instants):
+            bound = instants[index]
+        for interval in self.tick_intervals:  # ticks at k * interval, k >= 1
+            tick = max(interval, -(-now_us // interval) * interval)
+            if bound is None or tick < bound:
+                bound = tick
+        if bound is not None:
+            step.stop_at(bound)
+
+    def _rank_run(self, rank: Worker, step: Step) -> int:
+        """No carried passes (``passes.CarriedSteps``) here: every pass of several ranks is
+        formed anew."""
+        return 1
 
     def _processed(self, now_us: int) -> bool:
         """R113: a fleet event is processed only before the stop time and while a request of

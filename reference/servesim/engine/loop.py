@@ -508,6 +508,8 @@ class EventLoop:
         steps = self.steps
         if self.runs and not worker.pending:  # R102 (b): a reservation is tried at every pass end
             plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
+            if step.repeat > 1:
+                self._bound_run(step, now_us)
         stop_us = self.stop_us
         if stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(stop_us)
@@ -586,11 +588,18 @@ class EventLoop:
         assert timing is not None
         if self.runs and not self.disaggregated:  # no runs where handoffs change a worker
             plan_run(step, rank, timing.model, MAX_TIME_US, self.steps is not None)
+            if step.repeat > 1:
+                self._bound_run(step, step.start_us)
         if self.stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(self.stop_us)
         assert not self.state_aware or keeps_router_view(step, rank.memory), (
             "keeps_router_view: a run would change what a state-aware router reads"
         )
+
+    def _bound_run(self, step: Step, now_us: int) -> None:
+        """A run just planned at ``now_us`` may be shortened where something other than a
+        join or the stop time reads or changes its worker (section 18's fleet events); none
+        here."""
 
     def _rank_run(self, rank: Worker, step: Step) -> int:
         """How many passes from this one on ``step``, just formed in a pass of several ranks,
