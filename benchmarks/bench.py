@@ -8,6 +8,7 @@
     python benchmarks/bench.py --only pools  # pools and attention-DP ranks (bench_pools.py)
     python benchmarks/bench.py --only styles  # scheduler styles (bench_styles.py)
     python benchmarks/bench.py --only disagg  # disaggregated prefill and decode (bench_disagg.py)
+    python benchmarks/bench.py --only fleet  # scaling and failures (bench_fleet.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default the copies shipped in
 benchmarks/traces/ (their sources and licences: benchmarks/traces/README.md); the shipped ones
@@ -305,6 +306,10 @@ def child(arguments: argparse.Namespace) -> None:
     figures["makespan_us"] = summary["makespan_us"]
     figures["goodput"] = summary.get("goodput")  # R63, with objectives
     figures["transfers"] = summary.get("transfers")  # R107, report 8.0
+    figures["worker_hours"] = summary.get("worker_hours")  # R122, report 9.0
+    figures["failed"] = summary.get("failed", 0)  # R118
+    figures["migrations"] = summary.get("migrations", 0)
+    figures["peak_workers"] = sum(pool.get("peak_workers", 0) for pool in report["pools"])
     if counter is not None:
         figures["formed_steps"] = counter[0]
     print(json.dumps(figures))
@@ -635,6 +640,24 @@ def disagg_section(folder: Path, limit: int | None) -> None:
     section(hashed, scenario(16), replay)
 
 
+def fleet_section(folder: Path, limit: int | None) -> None:
+    """The fleet-changes section (benchmarks/bench_fleet.py) on the Mooncake trace without its
+    hashes: fixed fleets against a reactive policy, with and without hourly failures."""
+    from bench_fleet import fleet_section as section
+
+    print("\n== a fleet that changes: scaling and failures (issue 27) ==")
+    workload = import_trace("mooncake", folder)
+    workload = tiled(workload, limit) if limit else workload
+    name = f"mooncake-{len(workload['requests'])}"
+
+    def replay(tag: str, setup: dict[str, Any]) -> dict[str, Any]:
+        figures = run(folder, name, workload, 0, trace=False, setup=(tag, setup))
+        figures.pop("report").unlink()
+        return figures
+
+    section(workload, scenario(16), replay)
+
+
 def arrivals_of(report: Path) -> list[int]:
     """Each request's ``arrival_us`` in a report, read in a child process: parsing a 48 MB
     report here would raise this process's peak RSS, which every child started after it
@@ -706,11 +729,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["kv", "routing", "sessions", "pools", "styles", "disagg"],
+        choices=["kv", "routing", "sessions", "pools", "styles", "disagg", "fleet"],
         help="measure only this section (kv: the KV cache, issue 10; routing: state-aware "
         "routing, issue 11; sessions: closed loop and stop time, issue 13; pools: pools and "
         "attention-DP ranks, issue 23; styles: scheduler styles, issue 24; disagg: disaggregated "
-        "prefill and decode, issue 26)",
+        "prefill and decode, issue 26; fleet: scaling and failures, issue 27)",
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -758,6 +781,9 @@ def main() -> int:
             return 0
         if arguments.only == "disagg":
             disagg_section(folder, limit)
+            return 0
+        if arguments.only == "fleet":
+            fleet_section(folder, limit)
             return 0
         print("\n== real traces ==")
         for source in SOURCES:
@@ -811,6 +837,7 @@ def main() -> int:
         pools_section(folder, limit)
         styles_section(folder, limit)
         disagg_section(folder, limit)
+        fleet_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(
             folder, short=arguments.short, plain_loop=[str(PLAIN_LOOP), *PLAIN_LOOP_REPORT]

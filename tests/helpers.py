@@ -171,11 +171,72 @@ def run_servesim(*arguments: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: R123's members of a worker, with their values for a fleet that never changes (R124) where
+#: they do not depend on the makespan.
+_STATIC_WORKER = {
+    "lifecycle": [{"at_us": 0, "state": "active"}],
+    "created_us": 0,
+    "starting_us": 0,
+    "draining_us": 0,
+    "failed_us": 0,
+    "failures": 0,
+    "migrated_out": 0,
+    "failed_requests": 0,
+    "lost_tokens": 0,
+}
+
+
+def as_report_8_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 8.0 writer writes for the same replay (a fleet that never changes): the
+    9.0 ``report`` without R123's members (SPEC.md R124), each checked to be such a fleet's
+    (every worker active from 0 for the makespan M, nothing failed, migrated or scaled, a trace
+    entry cut only by a stop time, which is the latest terminal time); an 8.0 (or older)
+    ``report`` is returned as it is."""
+    old = copy.deepcopy(report)
+    if old["schema_version"] != "9.0":
+        return old
+    old["schema_version"] = "8.0"
+    makespan = old["summary"]["makespan_us"]
+    for request in old["requests"]:
+        dropped = [request.pop(name) for name in ("migrations", "fail_reason")]
+        dropped += [request.pop(name) for name in ("lost_tokens", "recomputed_tokens")]
+        assert dropped == [[], None, 0, 0], "an 8.0 report comes from a fleet that never changes"
+        assert request["outcome"] != "failed"
+    for worker in old["workers"]:
+        for name, value in _STATIC_WORKER.items():
+            assert worker.pop(name) == value, f"worker {worker['worker']}: {name}"
+        assert (worker.pop("worker_us"), worker.pop("active_us")) == (makespan, makespan)
+    for pool in old["pools"]:
+        workers = pool["workers"]
+        assert (pool.pop("workers_created"), pool.pop("peak_workers")) == (workers, workers)
+        assert pool.pop("worker_us") == workers * makespan
+        assert pool.pop("worker_hours") == workers * makespan / 3_600_000_000
+        assert (pool.pop("failures"), pool.pop("migrations"), pool.pop("failed")) == (0, 0, 0)
+    summary = old["summary"]
+    assert summary["rejected_by_reason"].pop("no_routable_worker") == 0
+    assert summary.pop("failed_by_reason") == {
+        "migration_limit": 0,
+        "no_routable_worker": 0,
+        "worker_failure": 0,
+    }
+    assert set(summary.pop("fleet").values()) == {0}
+    for name in ("failed", "migrations", "lost_tokens", "recomputed_tokens"):
+        assert summary.pop(name) == 0, name
+    worker_us = sum(pool["workers"] for pool in old["pools"]) * makespan
+    assert summary.pop("worker_us") == worker_us
+    assert summary.pop("worker_hours") == worker_us / 3_600_000_000
+    if old["trace"] is not None:
+        latest = max(request["terminal_us"] for request in old["requests"])
+        for entry in old["trace"]:
+            assert entry.pop("cut_us") == (latest if entry["end_us"] > latest else None)
+    return old
+
+
 def as_report_7_0(report: dict[str, Any]) -> dict[str, Any]:
     """What a report 7.0 writer writes for the same replay (an aggregated fleet): the 8.0
-    ``report`` without R107's members (SPEC.md R108), each checked to be an aggregated fleet's;
-    a 7.0 (or older) ``report`` is returned as it is."""
-    old = copy.deepcopy(report)
+    form of ``report`` without R107's members (SPEC.md R108), each checked to be an aggregated
+    fleet's; a 7.0 (or older) ``report`` is returned as it is."""
+    old = as_report_8_0(report)
     if old["schema_version"] != "8.0":
         return old
     old["schema_version"] = "7.0"

@@ -21,7 +21,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from servesim.contract.canonical import canonical_bytes
@@ -35,6 +35,7 @@ from servesim_conformance.evolution.cli import (
     reference_check,
     run_migrate,
 )
+from servesim_conformance.evolution.strategies import documents
 from servesim_conformance.strategies import requests, scenarios
 from tests.evolution_fixtures import CHAIN as FIXTURE_CHAIN
 from tests.evolution_fixtures import SCENARIO_1_4, SCENARIO_2_0, load, load_scenario_2_0
@@ -46,6 +47,8 @@ from tests.helpers import (
     as_report_4_0,
     as_report_5_0,
     as_report_6_0,
+    as_report_8_0,
+    released_scenario_schema,
     scenario_doc,
     timing_doc,
     workload_doc,
@@ -57,14 +60,24 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = {**scenario_doc(), "schema_version": "1.6"}
+    document = {**scenario_doc(), "schema_version": "1.7"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6")
+    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
     assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
-    assert CHAIN.sources("report") == ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "7.0", "8.0")
+    assert CHAIN.sources("report") == (
+        "1.0",
+        "2.0",
+        "3.0",
+        "4.0",
+        "5.0",
+        "6.0",
+        "7.0",
+        "8.0",
+        "9.0",
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,7 +91,7 @@ def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
     """R53, R57, R64: a 1.0 scenario or workload is a 1.1 one with the same meaning (and a
     scenario a 1.2 and a 1.3 one, a workload a 1.2 one)."""
     migrated = CHAIN.migrate(document).document
-    current = {"scenario": "1.6", "workload": "1.2"}[document["document"]]
+    current = {"scenario": "1.7", "workload": "1.2"}[document["document"]]
     assert migrated == {**document, "schema_version": current}
     kind = document["document"]
     reports = []
@@ -120,6 +133,14 @@ def test_timing_profile_1_0_is_relabelled_and_replays_the_same() -> None:
     assert strip[0] == strip[1]
 
 
+def _changes(scenario: dict[str, Any]) -> bool:
+    """Whether a scenario's fleet may change (section 18: scaling or failures), which no report
+    older than 9.0 can hold (R124)."""
+    fleet = scenario["fleet"]
+    holders = fleet.get("pools", [fleet])
+    return "failures" in scenario or any("scaling" in holder for holder in holders)
+
+
 def _has_a_4_0_form(path: Path) -> bool:
     """Whether a golden report comes from inputs without section 13's members, as every report
     older than 5.0 does (R64): no sessions, closed loop, stop time or objectives."""
@@ -135,7 +156,8 @@ def _has_a_5_0_form(scenario: dict[str, Any]) -> bool:
     than 7.0 (R96), no style but vLLM's."""
     fleet = scenario["fleet"]
     return not (
-        "pools" in fleet
+        _changes(scenario)
+        or "pools" in fleet
         or "dp_size" in fleet
         or scenario["routing"]["policy"] == "weighted_round_robin"
         or scenario["scheduler"].get("style", "vllm") != "vllm"  # R96: nor a style but vLLM's
@@ -297,7 +319,8 @@ def _has_a_5_0_form(path: Path) -> bool:
     scenario = json.loads((path.parent / "scenario.json").read_bytes())
     fleet = scenario["fleet"]
     return (
-        "pools" not in fleet
+        not _changes(scenario)
+        and "pools" not in fleet
         and fleet.get("dp_size", 1) == 1
         and scenario["routing"]["policy"] != "weighted_round_robin"
         and not (path.parent / "timing-profiles").exists()
@@ -616,7 +639,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.contract.json_reading, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.6"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.7"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0
@@ -679,3 +702,257 @@ def test_an_impossible_migration_names_the_document_s_own_version() -> None:
         FIXTURE_CHAIN.migrate(scenario_doc(), "in.json", "3.0")
     (problem,) = raised.value.problems
     assert "from '1.0' to '3.0' (the steps stop at '2.0')" in problem.message
+
+
+# --- R124: scenario 1.7 is a relabel, report 9.0 is a fleet that never changes -------------
+
+
+#: 2^53-1, the largest integer a report holds (R6).
+MAX_INTEGER = 2**53 - 1
+
+
+def _golden_report(name: str) -> tuple[Path, dict[str, Any]]:
+    """A golden case's expected report (9.0) and its 8.0 form, checked to be a valid 8.0
+    report."""
+    path = REPO / "golden" / "valid" / name / "expected-report.json"
+    old = as_report_8_0(json.loads(path.read_bytes()))
+    assert old["schema_version"] == "8.0"
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 8.0 report
+    return path, old
+
+
+def test_r124_report_8_0_migrates_exactly_to_9_0() -> None:
+    """R124, checked by hand on golden/valid/smoke-two-workers: one pool "default" of two
+    workers, no stop time; a completes at 2200, b at 2300, the first arrival is 0, so M =
+    makespan_us = 2300. Each worker is active from 0 for M: lifecycle [active at 0],
+    worker_us = active_us = 2300, every other time and count 0. The pool: workers_created =
+    peak_workers = 2, worker_us = 2 * 2300 = 4600, worker_hours = 4600 / 3.6e9 (R24), failures,
+    migrations and failed 0; the summary's worker_us is the pools' sum, 4600. The trace's
+    steps end at 1100, 1200, 2200 and 2300, none after the latest terminal time 2300, so every
+    cut_us is null. Nothing else changes (utilization and the ranks included), and the result
+    is the golden 9.0 report, byte for byte."""
+    path, old = _golden_report("smoke-two-workers")
+    migrated = CHAIN.migrate(old, "old.json")
+    assert [(step.source, step.target) for step in migrated.steps] == [("8.0", "9.0")]
+    new = migrated.document
+    for before, worker in zip(old["workers"], new["workers"], strict=True):
+        added = {name: worker[name] for name in worker if name not in before}
+        assert added == {
+            "lifecycle": [{"at_us": 0, "state": "active"}],
+            "created_us": 0,
+            "worker_us": 2300,
+            "active_us": 2300,
+            "starting_us": 0,
+            "draining_us": 0,
+            "failed_us": 0,
+            "failures": 0,
+            "migrated_out": 0,
+            "failed_requests": 0,
+            "lost_tokens": 0,
+        }
+        assert {name: worker[name] for name in before} == before  # ranks, utilization kept
+    (pool,) = new["pools"]
+    added = {name: pool[name] for name in pool if name not in old["pools"][0]}
+    assert added == {
+        "workers_created": 2,
+        "peak_workers": 2,
+        "worker_us": 4600,
+        "worker_hours": 4600 / 3_600_000_000,
+        "failures": 0,
+        "migrations": 0,
+        "failed": 0,
+    }
+    for request in new["requests"]:
+        assert (request["migrations"], request["fail_reason"]) == ([], None)
+        assert (request["lost_tokens"], request["recomputed_tokens"]) == (0, 0)
+    summary = new["summary"]
+    added = {name: summary[name] for name in summary if name not in old["summary"]}
+    assert added == {
+        "failed": 0,
+        "failed_by_reason": {"migration_limit": 0, "no_routable_worker": 0, "worker_failure": 0},
+        "fleet": {
+            "cancelled": 0,
+            "drained": 0,
+            "failures": 0,
+            "ignored_failures": 0,
+            "recoveries": 0,
+            "scale_downs": 0,
+            "scale_ups": 0,
+        },
+        "lost_tokens": 0,
+        "migrations": 0,
+        "recomputed_tokens": 0,
+        "worker_hours": 4600 / 3_600_000_000,
+        "worker_us": 4600,
+    }
+    assert summary["rejected_by_reason"]["no_routable_worker"] == 0
+    assert [entry["cut_us"] for entry in new["trace"]] == [None, None, None, None]
+    load_document(canonical_bytes(new) + b"\n", "new.json", "report")  # a valid 9.0 report
+    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+    assert _member_order(new) == _member_order(json.loads(path.read_bytes()))
+
+
+@pytest.mark.parametrize(
+    ("name", "stop_at_us", "cuts"),
+    [
+        # A completes at 1100; B, in its prefill step 1500 -> 3000, is cut off at 2500.
+        ("stop-mid-prefill", 2500, [None, 2500]),
+        # A completes at the stop time, 2200, in a step ending then (not after: null); B's step
+        # 1 -> 2201 passes it.
+        ("stop-completion-at-deadline-counts", 2200, [None, 2200, None]),
+        # Disaggregated: a is cut off Transferring at 150, b in its prefill step 120 -> 225.
+        ("disagg-stop-during-transfer", 150, [None, 150]),
+    ],
+)
+def test_r124_a_step_past_the_latest_terminal_time_was_cut_by_the_stop_time(
+    name: str, stop_at_us: int, cuts: list[int | None]
+) -> None:
+    """R124's trace rule, read from the report alone: a trace entry's cut_us is the latest
+    terminal_us when its end_us is greater, else null. In each of these cases the latest
+    terminal time is the scenario's stop time (a request is cut off there), as R124 argues,
+    so the rule gives the stop time D for exactly the steps that ran past D (R123)."""
+    path, old = _golden_report(name)
+    scenario = json.loads((path.parent / "scenario.json").read_bytes())
+    assert scenario["stop_at_us"] == stop_at_us
+    assert max(request["terminal_us"] for request in old["requests"]) == stop_at_us
+    new = CHAIN.migrate(old).document
+    assert [entry["cut_us"] for entry in new["trace"]] == cuts
+    assert [entry["end_us"] > stop_at_us for entry in new["trace"]] == [
+        cut is not None for cut in cuts
+    ]
+    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+
+
+def test_r124_a_disaggregated_report_gets_each_pool_s_worker_time() -> None:
+    """R124 on golden/valid/disagg-decode-ranks: a prefill pool p of one worker and a decode
+    pool d of one worker of two ranks; M = 355. Each pool: workers_created = peak_workers = 1,
+    worker_us 355; the summary's worker_us is 355 + 355 = 710. Roles, handoffs and the ranks
+    (which R123 leaves alone) are unchanged; no step runs past the latest terminal time 355."""
+    path, old = _golden_report("disagg-decode-ranks")
+    new = CHAIN.migrate(old).document
+    assert [
+        (pool["name"], pool["role"], pool["workers_created"], pool["peak_workers"])
+        for pool in new["pools"]
+    ] == [("p", "prefill", 1, 1), ("d", "decode", 1, 1)]
+    assert [pool["worker_us"] for pool in new["pools"]] == [355, 355]
+    assert [pool["worker_hours"] for pool in new["pools"]] == [355 / 3_600_000_000] * 2
+    assert (new["summary"]["worker_us"], new["summary"]["worker_hours"]) == (
+        710,
+        710 / 3_600_000_000,
+    )
+    assert [(worker["worker_us"], worker["active_us"]) for worker in new["workers"]] == [
+        (355, 355),
+        (355, 355),
+    ]
+    assert [worker["ranks"] for worker in new["workers"]] == [
+        worker["ranks"] for worker in old["workers"]
+    ]
+    assert [len(worker["ranks"]) for worker in new["workers"]] == [1, 2]
+    assert [request["handoff"] for request in new["requests"]] == [
+        request["handoff"] for request in old["requests"]
+    ]
+    assert {entry["cut_us"] for entry in new["trace"]} == {None}
+    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "makespan_us", "pointer"),
+    [
+        # One pool of 2 workers: 2 * 2^52 = 2^53 is its worker_us.
+        ("smoke-two-workers", 2**52, "/pools/0/workers"),
+        # Two pools of 1 worker: each 2^52, within R6, their sum 2^53 is not.
+        ("disagg-decode-ranks", 2**52, "/summary/makespan_us"),
+    ],
+)
+def test_r124_a_worker_time_sum_past_2_53_minus_1_is_invalid(
+    name: str, makespan_us: int, pointer: str
+) -> None:
+    """R124, R6: the step fails (exit 2, nothing written) when a sum it computes would pass
+    2^53-1: a pool's worker_us (its workers times M) or the summary's (the pools' sum). One
+    microsecond less of makespan and each sum is 2^53 - 2, which the step writes."""
+    _, old = _golden_report(name)
+    old["summary"]["makespan_us"] = makespan_us
+    with pytest.raises(InvalidInput) as raised:
+        CHAIN.migrate(old, "old.json")
+    (problem,) = raised.value.problems
+    assert (problem.file, problem.pointer) == ("old.json", pointer)
+    assert "9007199254740991" in problem.message
+    assert "R6" in problem.message
+    old["summary"]["makespan_us"] = makespan_us - 1
+    new = CHAIN.migrate(old).document
+    assert new["summary"]["worker_us"] == MAX_INTEGER - 1
+
+
+def test_r124_servesim_migrate_of_a_worker_time_past_2_53_minus_1_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R124, R6 through the command: exit 2, the message names the pointer, nothing written."""
+    _, old = _golden_report("smoke-two-workers")
+    old["summary"]["makespan_us"] = MAX_INTEGER  # a valid 8.0 makespan
+    source = tmp_path / "old.json"
+    source.write_bytes(canonical_bytes(old) + b"\n")
+    output = tmp_path / "new.json"
+    assert _run(str(source), "--output", str(output)) == 2
+    assert "/pools/0/workers" in capsys.readouterr().err
+    assert not output.exists()
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_r124_every_scenario_1_6_is_a_scenario_1_7(data: st.DataObject) -> None:
+    """The reviewer's decision for scenario 1.7 (schemas/reviews/issue-27-fleet-changes.md):
+    backward compatible, so a minor version is right and R37's step 1.6 -> 1.7 only
+    relabels. ``servesim schema review`` leaves the fleet.oneOf branch that gains
+    ``{"required": ["scaling"]}`` undecided; a 1.6 ``fleet`` is closed and cannot hold
+    ``scaling``. Any 1.6 scenario drawn from the 1.6 schema, migrated, is the same document
+    labelled 1.7, valid under 1.7."""
+    old, new = released_scenario_schema("1.6"), released_scenario_schema("1.7")
+    scenario = data.draw(documents(old))
+    assume(jsonschema.Draft202012Validator(old).is_valid(scenario))
+    migrated = CHAIN.migrate(scenario).document
+    assert migrated == {**scenario, "schema_version": "1.7"}
+    jsonschema.validate(migrated, new)
+
+
+def test_r124_every_golden_scenario_read_as_1_6_is_valid_as_1_7() -> None:
+    """The same decision on the corpus's scenarios: each valid case's scenario of 1.0 to 1.6
+    (section 18's cases are 1.7), labelled 1.6, is valid under 1.6 and, migrated, under 1.7."""
+    old = jsonschema.Draft202012Validator(released_scenario_schema("1.6"))
+    new = jsonschema.Draft202012Validator(released_scenario_schema("1.7"))
+    paths = [
+        path
+        for path in sorted((REPO / "golden" / "valid").glob("*/scenario.json"))
+        if json.loads(path.read_bytes())["schema_version"] != "1.7"
+    ]
+    assert len(paths) > 300
+    for path in paths:
+        scenario = {**json.loads(path.read_bytes()), "schema_version": "1.6"}
+        assert old.is_valid(scenario), path
+        migrated = CHAIN.migrate(scenario).document
+        assert migrated == {**scenario, "schema_version": "1.7"}
+        assert new.is_valid(migrated), path
+
+
+@pytest.mark.parametrize(
+    "name", ["disagg-decode-ranks", "stop-mid-prefill", "ranks-rotation-per-worker"]
+)
+def test_r124_a_scenario_1_6_relabelled_1_7_replays_the_same(name: str) -> None:
+    """R124: a 1.6 scenario means what it meant when read as 1.7 (no scaling, no failures: a
+    fleet that never changes); the two replays differ in the scenario's digest alone."""
+    case = REPO / "golden" / "valid" / name
+    scenario = json.loads((case / "scenario.json").read_bytes())
+    reports = []
+    for version in ("1.6", "1.7"):
+        documents_read = [
+            load_document(_bytes({**scenario, "schema_version": version}), "s.json", "scenario"),
+            load_document((case / "workload.json").read_bytes(), "w.json", "workload"),
+            load_document((case / "timing-profile.json").read_bytes(), "t.json", "timing_profile"),
+        ]
+        report = json.loads(replay_documents(*documents_read, trace=True))
+        del report["inputs"]["scenario"]["sha256"]  # R37: digests are of the bytes read
+        reports.append(report)
+    assert reports[0] == reports[1]

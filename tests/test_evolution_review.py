@@ -31,10 +31,10 @@ from tests.helpers import REPO
 def schemas(tmp_path: Path) -> Path:
     """A scratch copy of ``schemas/`` as it was before the real scenario 1.4 (pools, SPEC.md
     section 15): the fixtures' 1.4 is another history after 1.3, so the working schema is
-    1.3's and the real 1.4, 1.5 and 1.6 releases are left out."""
+    1.3's and the real 1.4, 1.5, 1.6 and 1.7 releases are left out."""
     folder = tmp_path / "repo" / "schemas"
     shutil.copytree(REPO / "schemas", folder)
-    later = ("1.4", "1.5", "1.6")  # the real scenario releases after 1.3
+    later = ("1.4", "1.5", "1.6", "1.7")  # the real scenario releases after 1.3
     for version in later:
         shutil.rmtree(folder / "released" / version)
     sums = folder / "released" / "SHA256SUMS"

@@ -131,6 +131,7 @@ CHUNK_CASES = {
             "kind": "prefill",  # R95: prefill tokens, no decode request
             "retracted": [],  # R95: the vLLM style
             "new_token_ratio": None,
+            "cut_us": None,  # R123: no failure cut it, no stop time
         },
         "step2_prefill": [{"id": "C", "tokens": 6}],
         "ab_tokens": [1040, 2300],
@@ -164,6 +165,7 @@ CHUNK_CASES = {
             "kind": "mixed",  # R95: decode requests and prefill tokens
             "retracted": [],  # R95: the vLLM style
             "new_token_ratio": None,
+            "cut_us": None,  # R123: no failure cut it, no stop time
         },
         "step2_prefill": [{"id": "C", "tokens": 2}, {"id": "D", "tokens": 1}],
         "ab_tokens": [1040, 2270],
@@ -426,6 +428,7 @@ def test_r10_rejection_reasons_precedence_and_no_round_robin_turn(tmp_path: Path
         "context_exceeds_max_model_len": 3,
         "prefill_exceeds_step_budget": 1,
         "exceeds_kv_cache": 0,  # R10 reason 5: no cache
+        "no_routable_worker": 0,  # R114: a fleet that never changes always has a candidate
     }
     assert (summary["requests"], summary["completed"], summary["rejected"]) == (10, 2, 8)
     assert summary["steps"] == 98
@@ -611,6 +614,18 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
         "pool_worker": 0,
         "ranks": [{"rank": 0, **counters}],
         "style": "vllm",  # R95: no scheduler.style
+        # R122, R123: a fleet that never changes: active from 0 through the window [0, 12450]
+        "lifecycle": [{"state": "active", "at_us": 0}],
+        "created_us": 0,
+        "worker_us": 12450,
+        "active_us": 12450,
+        "starting_us": 0,
+        "draining_us": 0,
+        "failed_us": 0,
+        "failures": 0,
+        "migrated_out": 0,
+        "failed_requests": 0,
+        "lost_tokens": 0,
     }
 
 

@@ -175,7 +175,7 @@ def test_scenario_1_3_or_workload_1_2_reader_that_writes_no_report_5_0_is_refuse
     honest = fake("honest").describe().schema_versions
     assert "1.3" in honest["scenario"]
     assert "1.2" in honest["workload"]
-    assert honest["report"] == ["8.0"]
+    assert honest["report"] == ["9.0"]
     with pytest.raises(HarnessError, match=rf"reads {reads} but writes no report 5\.0"):
         fake(mode).describe()
 
@@ -298,7 +298,7 @@ def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> 
     assert verdict is Outcome.FAIL
     assert difference is not None
     assert difference.pointer == "/requests/0/token_times_us/2"
-    assert message.endswith("(the report was migrated from 1.0 to 8.0 before comparison)")
+    assert message.endswith("(the report was migrated from 1.0 to 9.0 before comparison)")
 
 
 def test_a_report_version_not_declared_is_an_invalid_report() -> None:
@@ -312,7 +312,7 @@ def test_a_report_version_not_declared_is_an_invalid_report() -> None:
 @pytest.mark.parametrize(
     ("versions", "message"),
     [
-        ({"report": ["9.0"]}, "report versions that are not released: 9.0"),
+        ({"report": ["10.0"]}, "report versions that are not released: 10.0"),
         ({"timing_profile": ["1.0", "1.1"], "report": ["1.0"]}, "writes no report 2.0"),
         ({"scenario": ["1.0", "1.1"], "report": ["2.0"]}, "reads scenario 1.1 but writes no"),
         ({"workload": ["1.0", "1.1"], "report": ["1.0"]}, "reads workload 1.1 but writes no"),
@@ -841,3 +841,26 @@ def test_r108_r67_a_scenario_1_6_reader_must_write_report_8_0() -> None:
     ]
     assert version_problems({**versions, "report": ["7.0", "8.0"]}) == []
     assert version_problems({**versions, "scenario": versions["scenario"][:6]}) == []
+
+
+def test_r124_a_scenario_1_7_reader_must_write_report_9_0() -> None:
+    """R38, R67, R124: an older report has no failed outcome, migrations or worker time, so a
+    reader of scenario 1.7 that writes no report 9.0 is refused; a reader of scenario 1.6 may
+    write 8.0 or later (9.0 alone included)."""
+    versions = {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"],
+        "workload": ["1.0", "1.1", "1.2"],
+        "timing_profile": ["1.0", "1.1"],
+        "report": ["8.0"],
+    }
+    assert version_problems(versions) == [
+        "it reads scenario 1.7 but writes no report 9.0; an older report has no failed "
+        "outcome, migrations or worker time (R123, R124)"
+    ]
+    assert version_problems({**versions, "report": ["8.0", "9.0"]}) == []
+    assert version_problems({**versions, "report": ["9.0"]}) == []
+    assert version_problems({**versions, "scenario": versions["scenario"][:7]}) == []
+    assert (
+        version_problems({**versions, "scenario": versions["scenario"][:7], "report": ["9.0"]})
+        == []
+    )

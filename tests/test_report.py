@@ -132,7 +132,7 @@ def _written(result: Any) -> tuple[bytes, dict[str, Any]]:
 
 def test_r52_without_a_cache_the_report_says_null_and_zero() -> None:
     _, report = _written(_simulated(trace=True))
-    assert report["schema_version"] == "8.0"
+    assert report["schema_version"] == "9.0"
     assert report["summary"]["kv_cache"] is None
     assert report["summary"]["rejected_by_reason"]["exceeds_kv_cache"] == 0
     assert [worker["kv_cache"] for worker in report["workers"]] == [None, None]
@@ -206,7 +206,8 @@ GOLDEN_CASES = sorted(
 def test_r27_itl_counted_per_step_equals_the_gaps_of_completed_requests(stop: int | None) -> None:
     """``report.itl_gaps`` (the workers count gaps per step, R16; the unfinished requests'
     are taken back) gives the gaps between consecutive tokens of every completed request, on
-    every golden case, and with a stop time (R62) that cuts some requests off."""
+    every golden case of a fleet that never changes (the writer's case for it), and with a stop
+    time (R62) that cuts some requests off."""
     from collections import Counter
 
     from servesim.contract.errors import ServesimError
@@ -239,6 +240,8 @@ def test_r27_itl_counted_per_step_equals_the_gaps_of_completed_requests(stop: in
                 result = simulate(scenario, workload, timing)
         except ServesimError:  # out of coverage (R43): no report to count for
             continue
+        if result.fleet is not None:  # section 18: the writer counts the completed requests'
+            continue  # own gaps (a migration's gap spans two workers)
         expected: Counter[int] = Counter()
         for state in result.requests:
             if _completed(state):

@@ -59,7 +59,7 @@ def tpot_statistics(requests: Sequence[Any], file: str) -> Statistics:
 _TPOT_MEMBERS = ("output_tokens", "first_token_us", "completion_us")
 
 #: The other outcomes (R26; ``cut_off`` from report 5.0, R62): no TPOT sample.
-_NOT_COMPLETED = frozenset({"rejected", "cut_off"})
+_NOT_COMPLETED = frozenset({"rejected", "cut_off", "failed"})  # R118: failed (report 9.0)
 
 
 def _compare_quotients(first: tuple[int, int], second: tuple[int, int]) -> int:
@@ -77,7 +77,7 @@ def _request_problem(request: Any, index: int, file: str) -> InputProblem:
         return InputProblem(
             file,
             pointer(["requests", index, "outcome"]),
-            f'expected "completed", "rejected" or "cut_off", found {outcome!r}',
+            f'expected "completed", "rejected", "cut_off" or "failed", found {outcome!r}',
         )
     for name in _TPOT_MEMBERS:
         if not _is_count(number := request.get(name)):

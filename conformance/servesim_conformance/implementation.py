@@ -335,9 +335,16 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
             "it reads scenario 1.5 but writes no report 7.0; an older report has no scheduler "
             "styles (R95, R96)"
         )
-    if "1.6" in schema_versions["scenario"] and "8.0" not in schema_versions["report"]:
+    if "1.6" in schema_versions["scenario"] and not any(
+        version_key(v) >= (8, 0) for v in schema_versions["report"]
+    ):
         problems.append(
             "it reads scenario 1.6 but writes no report 8.0; an older report has no handoffs "
             "(R107, R108)"
+        )
+    if "1.7" in schema_versions["scenario"] and "9.0" not in schema_versions["report"]:
+        problems.append(
+            "it reads scenario 1.7 but writes no report 9.0; an older report has no failed "
+            "outcome, migrations or worker time (R123, R124)"
         )
     return problems

@@ -122,6 +122,15 @@ def reads_disaggregation(description: Description) -> bool:
     )
 
 
+def reads_fleet_changes(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.7, the version with
+    scaling, failures and recovery (R124), and scenario 1.6's disaggregated pools its fleets are
+    drawn with."""
+    return reads_disaggregation(description) and (
+        description.declares("scenario", "1.7") and "1.7" in SUPPORTED_VERSIONS["scenario"]
+    )
+
+
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
     """The reference's report bytes for generated documents, in-process."""
     loaded = [

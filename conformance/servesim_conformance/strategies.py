@@ -8,6 +8,7 @@ workers, fewer requests, shorter prompts, earlier arrivals.
 from __future__ import annotations
 
 import copy
+import heapq
 from typing import Any
 
 from hypothesis import settings
@@ -919,3 +920,297 @@ def disaggregated_input_triples(draw: st.DrawFn) -> Documents:
     scenario["kv_transfer"] = draw(kv_transfers())
     scenario["schema_version"] = "1.6"
     return scenario, workload, timing
+
+
+# --- A fleet that changes (SPEC.md section 18) ---------------------------------------------------
+
+#: R111, R119: startup times, from none (active at once) to far longer than a step.
+STARTUP_TIMES = (0, 1, 250, 2_000, 20_000)
+#: R116, R119: recovery delays.
+RECOVERY_DELAYS = (1, 300, 3_000)
+
+
+def fleet_times(horizon: int | None = None) -> st.SearchStrategy[int]:
+    """When a fleet event happens: within the first 300 us (a quarter of generated runs end
+    by 200 us), within the first 10 ms (half end by 2 ms; steps last a few us to 2 ms), or up
+    to 50 ms, so that events fall before, during (decode runs, chunked prefills, transfers)
+    and after the work; with a ``horizon`` (the workload's last arrival and a little more), as
+    often anywhere before it, so that workers change while requests still arrive. Shrinks
+    towards 0."""
+    return st.one_of(
+        st.integers(0, 300),
+        *([st.integers(0, horizon)] if horizon is not None else []),
+        st.integers(0, 40).map(lambda value: value * 250),
+        st.integers(0, 20).map(lambda value: value * 2_500),
+    )
+
+
+#: Gaps between fleet events drawn close together: shorter than a step, than a startup, than
+#: a run, so that a scale-down finds workers still starting (R112) and a request migrated by
+#: one failure meets the next (R118's limit).
+CLOSE_GAPS = (1, 50, 500, 3_000)
+
+
+@st.composite
+def schedules(draw: st.DrawFn, horizon: int | None = None) -> list[dict[str, int]]:
+    """R110: 1 to 3 entries at strictly increasing times (the first drawn by ``fleet_times``,
+    each later one a ``CLOSE_GAPS`` gap or a ``fleet_times`` span after the previous), targets 0
+    to 4 (0 switches the pool off: arrivals are then rejected, R114). Shrinks towards one entry
+    at 0 of target 0."""
+    times = [draw(fleet_times(horizon))]
+    for _ in range(draw(st.integers(0, 2))):
+        later = fleet_times(horizon).map(lambda value: value + 1)
+        gap = draw(st.one_of(st.sampled_from(CLOSE_GAPS), later))
+        times.append(times[-1] + gap)
+    return [{"at_us": at, "target": draw(st.integers(0, 4))} for at in times]
+
+
+@st.composite
+def autoscales(draw: st.DrawFn, *, workers: int, cache: bool) -> dict[str, Any]:
+    """R115: a reactive policy whose bounds hold the pool's initial ``workers`` (R4), with
+    ``down_permille < up_permille`` (R4), ``kv_use`` only with a cache, ticks from every 100 us
+    to every 4 ms, a step of 1 or 2 and now and then a cooldown. Shrinks towards
+    ``waiting_per_worker`` with ``min = max = workers``."""
+    metrics = ["waiting_per_worker", "outstanding_per_worker"] + (["kv_use"] if cache else [])
+    up = draw(st.sampled_from((1, 500, 1000, 2000, 3000)))
+    policy: dict[str, Any] = {
+        "interval_us": draw(st.sampled_from((100, 1_000, 4_000))) + draw(st.integers(0, 50)),
+        "metric": draw(st.sampled_from(metrics)),
+        "up_permille": up,
+        "down_permille": draw(st.integers(0, up - 1)),
+        "min": draw(st.integers(1, workers)),
+        "max": workers + draw(st.integers(0, 2)),
+    }
+    if draw(st.booleans()):
+        policy["step"] = draw(st.integers(1, 2))
+    if draw(st.booleans()):
+        policy["cooldown_us"] = draw(st.sampled_from((0, 500, 5_000)))
+    return policy
+
+
+@st.composite
+def scalings(
+    draw: st.DrawFn, *, workers: int, cache: bool, horizon: int | None = None
+) -> dict[str, Any] | None:
+    """R110: a pool's ``scaling``: none, a startup time alone (it times recoveries, R119), a
+    schedule or a reactive policy (at most one, R110), each with a drawn ``startup_us`` now and
+    then absent (0). Shrinks towards none."""
+    kind = draw(st.sampled_from(("none", "startup", "schedule", "autoscale")))
+    if kind == "none":
+        return None
+    scaling: dict[str, Any] = {}
+    startup = draw(st.sampled_from(STARTUP_TIMES))
+    if startup or draw(st.booleans()):
+        scaling["startup_us"] = startup
+    if kind == "schedule":
+        scaling["schedule"] = draw(schedules(horizon))
+    elif kind == "autoscale":
+        scaling["autoscale"] = draw(autoscales(workers=workers, cache=cache))
+    return scaling
+
+
+def pools_of(scenario: dict[str, Any]) -> list[dict[str, Any]]:
+    """R77, R110: the scenario's pools in pool order, each ``{name, workers, scaling}``
+    (``fleet.workers`` is the pool ``"default"`` with ``fleet.scaling``)."""
+    fleet = scenario["fleet"]
+    if "pools" in fleet:
+        return [
+            {"name": pool["name"], "workers": pool["workers"], "scaling": pool.get("scaling")}
+            for pool in fleet["pools"]
+        ]
+    return [{"name": "default", "workers": fleet["workers"], "scaling": fleet.get("scaling")}]
+
+
+def created_when_failing(
+    workers: int, scaling: dict[str, Any] | None, events: list[tuple[int, dict[str, Any]]]
+) -> list[int]:
+    """R116's static existence, for one pool without ``autoscale``: replay its decisions,
+    startup ends, failures and recovery starts in R113's order without requests, and return the
+    positions (the ints of ``events``, its failures with their list positions) of the failures
+    that name a worker the pool has created by then. A failure of a worker that does not exist
+    is left out of the replay (it is dropped from the generated list)."""
+    scaling = scaling or {}
+    startup = int(scaling.get("startup_us", 0))
+    states = ["active"] * workers
+    generation = [0] * workers  # a failure or a cancellation voids a pending startup end
+    queue: list[tuple[int, int, int, str, int, int]] = []
+    for entry in scaling.get("schedule", []):
+        heapq.heappush(queue, (entry["at_us"], 6, 0, "decision", entry["target"], 0))
+    for position, event in events:
+        recover = event.get("recover_after_us", 0)
+        heapq.heappush(
+            queue, (event["at_us"], 1, position, "failure", event["pool_worker"], recover)
+        )
+    kept = []
+    while queue:
+        time, _, order, kind, value, extra = heapq.heappop(queue)
+        if kind == "failure":
+            if value >= len(states):
+                continue
+            kept.append(order)
+            if states[value] in ("removed", "failed"):
+                continue
+            draining = states[value] == "draining"
+            states[value] = "failed"
+            generation[value] += 1
+            if extra and not draining:
+                heapq.heappush(queue, (time + extra, 2, value, "recover", value, 0))
+        elif kind == "recover":
+            states[value] = "starting" if startup else "active"
+            if startup:
+                heapq.heappush(queue, (time + startup, 2, value, "ready", value, generation[value]))
+        elif kind == "ready":
+            if states[value] == "starting" and generation[value] == extra:
+                states[value] = "active"
+        else:
+            effective = sum(state in ("starting", "active") for state in states)
+            if value > effective:
+                for _ in range(value - effective):
+                    states.append("starting" if startup else "active")
+                    generation.append(0)
+                    index = len(states) - 1
+                    if startup:
+                        heapq.heappush(queue, (time + startup, 2, index, "ready", index, 0))
+            else:
+                excess = effective - value
+                for wanted in ("starting", "active"):
+                    for index in reversed(range(len(states))):
+                        if excess and states[index] == wanted:
+                            states[index] = "removed" if wanted == "starting" else "draining"
+                            generation[index] += 1
+                            excess -= 1
+    return kept
+
+
+@st.composite
+def failure_lists(
+    draw: st.DrawFn, scenario: dict[str, Any], horizon: int | None = None
+) -> list[dict[str, Any]]:
+    """R116: 1 to 5 failures of the scenario's pools' workers (initial ones mostly, now and then
+    one a scaling may add), half of them in clusters (``CLOSE_GAPS`` apart), so that a migrated
+    request meets another failure, with a recovery now and then, and, under a schedule, now and
+    then one of the worker a scale-down drains first just after a decision (R112, R117), and
+    one time in three a chain of failures of workers 0 and 1 in turn (R118's limit); made
+    valid by R4: a worker's events
+    at strictly increasing times, each after the previous one's recovery, only the last one
+    without ``recover_after_us``; under a schedule (or no scaling) only workers the pool has
+    created by then (``created_when_failing``); under ``autoscale`` any index (a failure of a
+    worker not created is ignored). May return [] (all drawn events invalid)."""
+    pools = pools_of(scenario)
+    drawn = []
+    at = draw(fleet_times(horizon))
+    for index in range(draw(st.integers(1, 5))):
+        pool = draw(st.sampled_from(pools))
+        if index and draw(st.booleans()):
+            at += draw(st.sampled_from(CLOSE_GAPS))  # a cluster: the same requests, again
+        elif index:
+            at = draw(fleet_times(horizon))
+        event: dict[str, Any] = {
+            "pool": pool["name"],
+            "pool_worker": draw(st.integers(0, pool["workers"] + 1)),
+            "at_us": at,
+        }
+        if draw(st.integers(0, 2)) > 0:
+            event["recover_after_us"] = draw(st.sampled_from(RECOVERY_DELAYS))
+        drawn.append(event)
+    pairs = [pool for pool in pools if pool["workers"] >= 2]
+    if pairs and draw(st.integers(0, 2)) == 0:  # R118: a chain of failures chasing the requests
+        pool = draw(st.sampled_from(pairs))  # they migrate to (workers 0 and 1, in turn)
+        start, gap = draw(fleet_times(horizon)), draw(st.sampled_from(CLOSE_GAPS[1:]))
+        for link in range(draw(st.integers(2, 4))):
+            drawn.append(
+                {
+                    "pool": pool["name"],
+                    "pool_worker": link % 2,
+                    "at_us": start + link * gap,
+                    "recover_after_us": 1,
+                }
+            )
+    for pool in pools:  # R112, R117: the worker a scale-down drains first fails while draining
+        schedule = (pool["scaling"] or {}).get("schedule", [])
+        if schedule and draw(st.booleans()):
+            entry = draw(st.sampled_from(schedule))
+            event = {
+                "pool": pool["name"],
+                "pool_worker": pool["workers"] - 1,
+                "at_us": entry["at_us"] + draw(st.sampled_from(CLOSE_GAPS)),
+                "recover_after_us": draw(st.sampled_from(RECOVERY_DELAYS)),
+            }
+            drawn.append(event)
+    drawn.sort(key=lambda event: event["at_us"])
+    valid: list[dict[str, Any]] = []
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for event in drawn:
+        key = (event["pool"], event["pool_worker"])
+        previous = last.get(key)
+        if previous is not None:
+            recover = previous.get("recover_after_us")
+            if recover is None or event["at_us"] <= previous["at_us"] + recover:
+                continue
+        last[key] = event
+        valid.append(event)
+    kept = set(range(len(valid)))
+    for pool in pools:
+        if pool["scaling"] is not None and "autoscale" in pool["scaling"]:
+            continue
+        own = [(index, event) for index, event in enumerate(valid) if event["pool"] == pool["name"]]
+        created = set(created_when_failing(pool["workers"], pool["scaling"], own))
+        kept -= {index for index, _ in own} - created
+    return [event for index, event in enumerate(valid) if index in kept]
+
+
+@st.composite
+def fleet_changes(
+    draw: st.DrawFn, scenario: dict[str, Any], horizon: int | None = None
+) -> dict[str, Any]:
+    """``scenario`` as a scenario 1.7 whose fleet changes (R109 to R121): each pool drawn a
+    ``scaling`` (``scalings``), and three times in four ``failures`` (``failure_lists``) under
+    policy ``"migrate"`` (1 to 3 migrations) or ``"fail"``; when neither was drawn, failures
+    are (at least one, of an initial worker). Event times by ``fleet_times(horizon)``. Shrinks
+    towards one failure of worker 0 at 0, migrated once."""
+    result = copy.deepcopy(scenario)
+    fleet = result["fleet"]
+    cache = "kv_cache" in result
+    for pool in fleet.get("pools", [fleet]):
+        has_cache = cache or "kv_cache" in pool
+        scaling = draw(scalings(workers=pool["workers"], cache=has_cache, horizon=horizon))
+        if scaling is not None:
+            pool["scaling"] = scaling
+    changes = any("scaling" in pool for pool in fleet.get("pools", [fleet]))
+    if not changes or draw(st.integers(0, 3)) > 0:
+        events = draw(failure_lists(result, horizon))
+        if not events and not changes:  # an initial worker always exists (R116)
+            first = pools_of(result)[0]
+            at = draw(fleet_times(horizon))
+            events = [{"pool": first["name"], "pool_worker": 0, "at_us": at}]
+        if events:
+            policy = draw(st.sampled_from(("migrate", "migrate", "fail")))  # migrate 2 in 3
+            failures: dict[str, Any] = {"events": events, "policy": policy}
+            if policy == "migrate":
+                failures["max_migrations"] = draw(st.sampled_from((1, 1, 2, 3)))
+            result["failures"] = failures
+    result["schema_version"] = "1.7"
+    return result
+
+
+@st.composite
+def fleet_input_triples(
+    draw: st.DrawFn, base: st.SearchStrategy[Documents] | None = None
+) -> Documents:
+    """(scenario 1.7, workload, profile): a triple of ``base`` (by default any of plain,
+    cached, state-aware, session, pool, styled and disaggregated triples: chunked prefill,
+    sessions, stop times, ranks, styles and transfers) whose fleet changes (``fleet_changes``):
+    schedules, reactive policies, startup times, failures with and without recovery, under both
+    policies."""
+    triples = st.one_of(
+        input_triples(),
+        kv_input_triples(),
+        session_input_triples(),
+        session_input_triples(routed_input_triples()),
+        pool_input_triples(),
+        styled_input_triples(),
+        disaggregated_input_triples(),
+    )
+    scenario, workload, timing = draw(base if base is not None else triples)
+    horizon = max(request["arrival_us"] for request in workload["requests"]) + 1_000
+    return draw(fleet_changes(scenario, horizon)), workload, timing

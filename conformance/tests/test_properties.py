@@ -18,7 +18,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from servesim_conformance import disagg_invariants, invariants, pool_invariants, style_invariants
+from servesim_conformance import (
+    disagg_invariants,
+    fleet_invariants,
+    invariants,
+    pool_invariants,
+    style_invariants,
+)
 from servesim_conformance.implementation import Description, Implementation
 from servesim_conformance.properties import (
     Documents,
@@ -26,6 +32,7 @@ from servesim_conformance.properties import (
     at_current_version,
     input_bytes,
     reads_disaggregation,
+    reads_fleet_changes,
     reads_kv_cache,
     reads_pools,
     reads_sessions,
@@ -38,6 +45,7 @@ from servesim_conformance.properties import (
 from servesim_conformance.strategies import (
     broken_kv_input_triples,
     disaggregated_input_triples,
+    fleet_input_triples,
     hashed_input_triples_without_cache,
     input_triples,
     kv_input_triples,
@@ -159,6 +167,7 @@ SECTIONS: dict[str, tuple[Callable[[Description], bool], str]] = {
     "pools": (reads_pools, "scenario 1.4 (R86)"),
     "styles": (reads_styles, "scenario 1.5 (R96)"),
     "disaggregation": (reads_disaggregation, "scenario 1.6 (R108)"),
+    "fleet_changes": (reads_fleet_changes, "scenario 1.7 (R124)"),
 }
 
 
@@ -467,3 +476,94 @@ def test_disaggregation_differential_against_reference(
     --differential, and only when both read scenario 1.6)."""
     _needs("disaggregation", description, documents)
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-disaggregation")
+
+
+# --- A fleet that changes (SPEC.md section 18) ---------------------------------------------------
+
+#: Fleets that change over every aggregated kind of input (``fleet_input_triples``' bases but
+#: the disaggregated one, which has its own properties below).
+aggregated_fleet_triples = fleet_input_triples(
+    st.one_of(
+        input_triples(),
+        kv_input_triples(),
+        session_input_triples(),
+        session_input_triples(routed_input_triples()),
+        pool_input_triples(),
+        styled_input_triples(),
+    )
+)
+
+#: The reference (branch fleet-ref at 4ce15a2) reports handoff null for a request that fails at
+#: its prefill end for want of a routable decode worker, where R107 asks for a handoff with its
+#: prefill_end_us (the plain loop writes one), and ``check_outcomes`` flags it; the lead
+#: removes this skip when that is settled.
+DISAGGREGATED_FLEETS_PENDING = pytest.mark.skip(
+    reason="the reference reports handoff null for a request failed at its prefill end for "
+    "want of a routable decode worker (R107, R114); see tests/test_fleet_invariants.py"
+)
+
+
+def _check_fleet_run(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    _needs("fleet_changes", description, documents)
+    scenario, _, _ = documents
+    report = runner.report(documents)
+    fleet_invariants.check_fleet_report(scenario, report)
+    invariants.check_token_times(report)
+
+
+@tier
+@given(documents=aggregated_fleet_triples)
+def test_fleet_changes_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R109 to R123 on generated fleets that change (schedules, reactive policies, startup
+    times, failures with and without recovery under both policies, over plain, cached,
+    session, pool and styled inputs): lifecycles along R109's edges only, every failure an
+    input event and every recovery on time, schedule targets reached and reactive bounds kept,
+    no request routed to a worker that is not active, no token produced twice, one terminal
+    state per request, worker time the lifecycle's within the window, the sums of pools and
+    summary, steps cut at failures."""
+    _check_fleet_run(runner, description, documents)
+
+
+@DISAGGREGATED_FLEETS_PENDING
+@tier
+@given(documents=fleet_input_triples(disaggregated_input_triples()))
+def test_fleet_changes_disaggregated_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """The same on disaggregated fleets that change (R121: prefill and decode failures,
+    re-handings, decode pools scaled to 0)."""
+    _check_fleet_run(runner, description, documents)
+
+
+@tier
+@given(documents=aggregated_fleet_triples)
+def test_fleet_changes_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on fleets that change (only with
+    --differential, and only when both read scenario 1.7)."""
+    _needs("fleet_changes", description, documents)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-fleet-changes")
+
+
+@DISAGGREGATED_FLEETS_PENDING
+@tier
+@given(documents=fleet_input_triples(disaggregated_input_triples()))
+def test_fleet_changes_disaggregated_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """The same on disaggregated fleets that change."""
+    _needs("fleet_changes", description, documents)
+    _compare_with_reference(
+        runner, documents, pytestconfig, folder="diverged-fleet-changes-disaggregated"
+    )

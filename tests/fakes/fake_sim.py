@@ -58,13 +58,50 @@ def _reference_report(arguments: list[str], *, trace: bool) -> bytes:
     )
 
 
+#: R123's members of a worker and of the summary (report 9.0).
+_R123_WORKER_MEMBERS = (
+    "lifecycle",
+    "created_us",
+    "worker_us",
+    "starting_us",
+    "active_us",
+    "draining_us",
+    "failed_us",
+    "failures",
+    "migrated_out",
+    "failed_requests",
+    "lost_tokens",
+)
+_R123_SUMMARY_MEMBERS = (
+    "failed",
+    "failed_by_reason",
+    "migrations",
+    "lost_tokens",
+    "recomputed_tokens",
+    "worker_us",
+    "worker_hours",
+    "fleet",
+)
+
+
 def as_report_1_0(report: bytes) -> dict[str, Any]:
-    """The reference's report written back as 1.0: without what 8.0 (R107), 7.0 (R95), 6.0
-    (R85, when the reference writes it), 5.0 (R64), 4.0 (R57), 3.0 (R52) and 2.0 (R25, R30)
-    added; the fakes
-    run one pool of one-rank workers, no cache, no section 13 inputs and route by round robin or
-    random, so the later members hold their values without them (R53, R57, R64, R86)."""
+    """The reference's report written back as 1.0: without what 9.0 (R123, when the reference
+    writes it), 8.0 (R107), 7.0 (R95), 6.0 (R85), 5.0 (R64), 4.0 (R57), 3.0 (R52) and 2.0 (R25,
+    R30) added; the fakes run one pool of one-rank workers that never changes, no cache, no
+    section 13 inputs and route by round robin or random, so the later members hold their
+    values without them (R53, R57, R64, R86, R124)."""
     value: dict[str, Any] = json.loads(report)
+    for request in value["requests"]:  # 9.0 (R123): a fleet that never changes
+        for name in ("migrations", "fail_reason", "lost_tokens", "recomputed_tokens"):
+            request.pop(name, None)
+    for worker in value["workers"]:
+        for name in _R123_WORKER_MEMBERS:
+            worker.pop(name, None)
+    for name in _R123_SUMMARY_MEMBERS:
+        value["summary"].pop(name, None)
+    value["summary"]["rejected_by_reason"].pop("no_routable_worker", None)
+    for entry in value["trace"] or []:
+        entry.pop("cut_us", None)
     for request in value["requests"]:  # 8.0 (R107): an aggregated fleet's values
         request.pop("handoff", None)
     for worker in value["workers"]:

@@ -111,6 +111,34 @@ class UnrepresentableArrival(UnrepresentableTime):
         )
 
 
+class UnrepresentableFleet(UnrepresentableTime):
+    """A scaling decision would create more than 2**20 workers, or ranks, in one run (SPEC.md
+    R110, R6's case): found when the decision is processed."""
+
+    def __init__(self, *, pool: str, at_us: int, workers: int, ranks: int) -> None:
+        self.pool = pool
+        self.at_us = at_us
+        ServesimError.__init__(
+            self,
+            f"the scaling decision of pool {pool!r} at {at_us} us would bring the workers "
+            f"created in the run to {workers} and their ranks to {ranks}; at most 1048576 of "
+            "each can be simulated (SPEC.md R110, R6)",
+        )
+
+
+class UnrepresentableSum(ServesimError):
+    """A sum the report holds (R122: a pool's or the summary's ``worker_us``) would pass
+    2**53 - 1 (SPEC.md R6's case, exit 2, nothing written)."""
+
+    def __init__(self, *, pointer: str, value: int) -> None:
+        self.pointer = pointer
+        self.value = value
+        super().__init__(
+            f"the report's {pointer} would be {value}, more than 9007199254740991, the largest "
+            "integer a report can hold (SPEC.md R6, R122)"
+        )
+
+
 class OutOfCoverage(ServesimError):
     """A step's shape lies outside the measured profile's coverage (SPEC.md R43).
 

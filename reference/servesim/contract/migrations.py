@@ -13,7 +13,10 @@ R25, R30), report 2.0 to 3.0 (the KV cache's members, R52, R53), scenario 1.1 to
 ``cached_blocks_at_routing``, R57), scenario 1.2 to 1.3 and workload 1.1 to 1.2 (relabels: they
 added the closed loop, the stop time, the objectives and sessions, R64), report 4.0 to 5.0
 (each request's ``session``, the summary's ``cut_off`` and ``tpot_us``, R64) and report 5.0 to
-6.0 (the one pool ``"default"`` of one-rank workers, R85, R86). The test
+6.0 (the one pool ``"default"`` of one-rank workers, R85, R86), report 6.0 to 7.0 (the vLLM
+style's values, R96), report 7.0 to 8.0 (an aggregated fleet's, R108), report 8.0 to 9.0 (a
+fleet that never changes, R124), and scenario 1.3 to 1.4, 1.4 to 1.5, 1.5 to 1.6 and 1.6 to 1.7
+(relabels: R86, R96, R108, R124). The test
 fixtures in ``tests/evolution_fixtures/`` exercise the machinery further with made-up scenario
 versions.
 
@@ -192,8 +195,13 @@ class MigrationChain:
                 [InputProblem(file, problem.pointer, problem.message) for problem in error.problems]
             ) from None
         result = dict(document)
-        for step in steps:
-            result = step.apply(result)
+        try:
+            for step in steps:
+                result = step.apply(result)
+        except InvalidInput as error:  # a step's own problem (R124's R6 bound): name the file
+            raise InvalidInput(
+                [InputProblem(file, problem.pointer, problem.message) for problem in error.problems]
+            ) from None
         goal = target if target is not None else self.current[kind]
         return Migrated(document=result, kind=kind, source=source, target=goal, steps=steps)
 
@@ -510,6 +518,153 @@ def _worker_8_0(worker: Mapping[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+#: R6: the largest integer a report holds exactly (2**53 - 1).
+MAX_REPORT_INTEGER = 2**53 - 1
+
+#: R122: microseconds in an hour, the denominator of every ``worker_hours``.
+US_PER_HOUR = 3_600_000_000
+
+
+def report_8_0_to_9_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 8.0 to 9.0 (R124): the report of a fleet that never changes.
+
+    Exact, not a guess: an 8.0 report comes from a scenario without ``scaling`` or ``failures``
+    (scenario 1.7 and report 9.0 came together), whose every worker is active from 0 to the end
+    of the accounting window (R122: its worker time is the makespan M), and where nothing fails,
+    migrates, scales or is routed to no routable worker. Every member is computed from the 8.0
+    report alone: a trace entry's ``cut_us`` is the latest ``terminal_us`` when its ``end_us``
+    passes that time (the only step that does is one cut off by a stop time, which is that
+    time, R124), else null. ``utilization`` is unchanged (R122). A sum the step computes (a
+    pool's or the summary's ``worker_us``) that would pass 2^53-1 is invalid input (R6, exit 2).
+    New members go where the canonical order (R23) has them.
+    """
+    makespan_us = report["summary"]["makespan_us"]
+    upgraded = dict(report)
+    upgraded["requests"] = [_request_9_0(request) for request in report["requests"]]
+    upgraded["workers"] = [_worker_9_0(worker, makespan_us) for worker in report["workers"]]
+    upgraded["pools"] = [
+        _pool_9_0(pool, index, makespan_us) for index, pool in enumerate(report["pools"])
+    ]
+    worker_us = sum(pool["worker_us"] for pool in upgraded["pools"])
+    if worker_us > MAX_REPORT_INTEGER:
+        raise InvalidInput(
+            [
+                InputProblem(
+                    "",
+                    "/summary/makespan_us",
+                    f"the summary's worker_us, {worker_us} (the pools' workers times "
+                    f"makespan_us {makespan_us}), would pass 9007199254740991, the largest "
+                    "integer a report can hold (SPEC.md R6, R124)",
+                )
+            ]
+        )
+    upgraded["summary"] = _summary_9_0(report["summary"], worker_us)
+    if report.get("trace") is not None:
+        latest = max((request["terminal_us"] for request in report["requests"]), default=None)
+        upgraded["trace"] = [_trace_entry_9_0(entry, latest) for entry in report["trace"]]
+    return upgraded
+
+
+def _worker_hours(worker_us: int) -> float:
+    """R122: R24 of ``worker_us / 3,600,000,000`` (never null: the denominator is not 0)."""
+    hours = ratio(worker_us, US_PER_HOUR)
+    assert hours is not None
+    return hours
+
+
+def _request_9_0(request: Mapping[str, Any]) -> dict[str, Any]:
+    """R124: no migration, no failure, nothing lost or recomputed."""
+    upgraded = _with_member(request, "migrations", [])
+    upgraded = _with_member(upgraded, "fail_reason", None)
+    upgraded = _with_member(upgraded, "lost_tokens", 0)
+    return _with_member(upgraded, "recomputed_tokens", 0)
+
+
+def _worker_9_0(worker: Mapping[str, Any], makespan_us: int) -> dict[str, Any]:
+    """R124: active from 0 for the whole window M, never failed (its ranks are unchanged)."""
+    upgraded = _with_member(worker, "lifecycle", [{"at_us": 0, "state": "active"}])
+    members = {
+        "created_us": 0,
+        "worker_us": makespan_us,
+        "active_us": makespan_us,
+        "starting_us": 0,
+        "draining_us": 0,
+        "failed_us": 0,
+        "failures": 0,
+        "migrated_out": 0,
+        "failed_requests": 0,
+        "lost_tokens": 0,
+    }
+    for name, member in members.items():
+        upgraded = _with_member(upgraded, name, member)
+    return upgraded
+
+
+def _pool_9_0(pool: Mapping[str, Any], index: int, makespan_us: int) -> dict[str, Any]:
+    """R124: the initial workers alone, each for M; ``worker_us`` past 2^53-1 is R6's error."""
+    workers = pool["workers"]
+    worker_us = workers * makespan_us
+    if worker_us > MAX_REPORT_INTEGER:
+        raise InvalidInput(
+            [
+                InputProblem(
+                    "",
+                    f"/pools/{index}/workers",
+                    f"the pool's worker_us, {workers} workers times makespan_us {makespan_us} "
+                    f"= {worker_us}, would pass 9007199254740991, the largest integer a report "
+                    "can hold (SPEC.md R6, R124)",
+                )
+            ]
+        )
+    members = {
+        "workers_created": workers,
+        "peak_workers": workers,
+        "worker_us": worker_us,
+        "worker_hours": _worker_hours(worker_us),
+        "failures": 0,
+        "migrations": 0,
+        "failed": 0,
+    }
+    upgraded = dict(pool)
+    for name, member in members.items():
+        upgraded = _with_member(upgraded, name, member)
+    return upgraded
+
+
+def _summary_9_0(summary: Mapping[str, Any], worker_us: int) -> dict[str, Any]:
+    """R124: nothing failed, migrated, lost or recomputed, the fleet never changed, and the
+    worker time is the pools' sum."""
+    rejected = _with_member(summary["rejected_by_reason"], "no_routable_worker", 0)
+    upgraded = {**summary, "rejected_by_reason": rejected}  # in its place
+    members: dict[str, Any] = {
+        "failed": 0,
+        "failed_by_reason": {"migration_limit": 0, "no_routable_worker": 0, "worker_failure": 0},
+        "migrations": 0,
+        "lost_tokens": 0,
+        "recomputed_tokens": 0,
+        "worker_us": worker_us,
+        "worker_hours": _worker_hours(worker_us),
+        "fleet": {
+            "cancelled": 0,
+            "drained": 0,
+            "failures": 0,
+            "ignored_failures": 0,
+            "recoveries": 0,
+            "scale_downs": 0,
+            "scale_ups": 0,
+        },
+    }
+    for name, member in members.items():
+        upgraded = _with_member(upgraded, name, member)
+    return upgraded
+
+
+def _trace_entry_9_0(entry: Mapping[str, Any], latest_terminal_us: int | None) -> dict[str, Any]:
+    """R124: ``cut_us`` the latest terminal time when the step ends after it, else null."""
+    cut = latest_terminal_us is not None and entry["end_us"] > latest_terminal_us
+    return _with_member(entry, "cut_us", latest_terminal_us if cut else None)
+
+
 def _trace_entry_7_0(entry: Mapping[str, Any]) -> dict[str, Any]:
     """R96: ``kind`` from the shape, ``retracted`` [] and ``new_token_ratio`` null."""
     shape = entry["shape"]
@@ -683,6 +838,31 @@ CHAIN = MigrationChain(
             target="1.6",
             summary="relabel: 1.6 adds the pools' role, kv_transfer and routing.decode, which "
             "1.5 scenarios do not use (R108)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="8.0",
+            target="9.0",
+            summary="adds the values of a fleet that never changes (R124: an 8.0 report comes "
+            "from a scenario without scaling or failures), from the 8.0 report alone with M its "
+            'summary.makespan_us: lifecycle [{"state": "active", "at_us": 0}], created_us 0, '
+            "worker_us and active_us M, the other times and the failure counts 0 per worker; "
+            "workers_created and peak_workers its workers, worker_us workers * M, worker_hours "
+            "(R24) and failures, migrations and failed 0 per pool; migrations [], fail_reason "
+            "null, lost_tokens and recomputed_tokens 0 per request; failed 0, failed_by_reason "
+            "and fleet all 0, rejected_by_reason.no_routable_worker 0, migrations, lost_tokens "
+            "and recomputed_tokens 0, worker_us the pools' sum and worker_hours in the summary; "
+            "cut_us per trace entry the latest terminal_us when end_us passes it, else null; "
+            "exit 2 when a sum passes 2^53-1 (R6)",
+            upgrade=report_8_0_to_9_0,
+        ),
+        Migration(
+            kind="scenario",
+            source="1.6",
+            target="1.7",
+            summary="relabel: 1.7 adds the optional fleet.scaling, the pools' scaling and "
+            "failures, which 1.6 scenarios do not use (R124)",
             upgrade=relabel,
         ),
     ),

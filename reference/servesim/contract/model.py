@@ -27,6 +27,12 @@ SchedulerStyle = Literal["vllm", "sglang", "trtllm"]
 #: R97: a pool's part in a disaggregated fleet.
 PoolRole = Literal["prefill", "decode"]
 
+#: R115: what a reactive scaling policy reads at its ticks.
+AutoscaleMetric = Literal["waiting_per_worker", "outstanding_per_worker", "kv_use"]
+
+#: R118: what happens to the requests of a failed worker.
+FailurePolicy = Literal["migrate", "fail"]
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -154,6 +160,60 @@ class Pool:
     """R81: each of its workers' weight under ``"weighted_round_robin"``."""
     role: PoolRole | None = None
     """R97: ``"prefill"`` or ``"decode"`` in a disaggregated fleet, ``None`` otherwise."""
+    scaling: Scaling | None = None
+    """R110: how its worker count changes during the run (scenario 1.7); ``None``: never by a
+    decision, and its recoveries take no startup time."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleEntry:
+    """R110: one scaling decision of a schedule: at ``at_us``, bring the pool to ``target``."""
+
+    at_us: int
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class Autoscale:
+    """R115: the reactive policy, evaluated at ticks ``k * interval_us``, k >= 1."""
+
+    interval_us: int
+    metric: AutoscaleMetric
+    up_permille: int
+    down_permille: int
+    min: int
+    max: int
+    step: int = 1
+    cooldown_us: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Scaling:
+    """R110: a pool's startup time and at most one of a schedule and a reactive policy."""
+
+    startup_us: int = 0
+    schedule: tuple[ScheduleEntry, ...] = ()
+    autoscale: Autoscale | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailureEvent:
+    """R116: worker ``pool_worker`` of ``pool`` fails at ``at_us``; it starts its recovery
+    ``recover_after_us`` later, or never when that is ``None``."""
+
+    pool: str
+    pool_worker: int
+    at_us: int
+    recover_after_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failures:
+    """R116, R118: the failures, in list order, and what happens to their requests."""
+
+    events: tuple[FailureEvent, ...]
+    policy: FailurePolicy
+    max_migrations: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +259,8 @@ class Scenario:
     """R77: the pools in order; filled with the one ``"default"`` pool when left empty."""
     kv_transfer: KvTransfer | None = None
     """R97: set exactly when the fleet is disaggregated (its pools have roles)."""
+    failures: Failures | None = None
+    """R116: the workers' failures (scenario 1.7); ``None``: no worker ever fails."""
 
     def __post_init__(self) -> None:
         if not self.pools:
@@ -209,6 +271,12 @@ class Scenario:
     def disaggregated(self) -> bool:
         """Whether the pools have roles (R97): prefill on some, decode on others."""
         return self.kv_transfer is not None
+
+    @property
+    def fleet_changes(self) -> bool:
+        """Whether the fleet may change during the run (section 18: scaling or failures);
+        without either it is simulated exactly as sections 2 to 17 say."""
+        return self.failures is not None or any(pool.scaling is not None for pool in self.pools)
 
     @property
     def has_cache(self) -> bool:

@@ -9,14 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from servesim.contract.errors import InputProblem
+from servesim.contract.fleet_checks import fleet_change_problems
 from servesim.contract.model import (
     DEFAULT_POOL,
+    Autoscale,
     ClosedLoop,
+    FailureEvent,
+    Failures,
     KvCache,
     KvTransfer,
     Pool,
     Routing,
+    Scaling,
     Scenario,
+    ScheduleEntry,
     SchedulerLimits,
     SglangOptions,
     Slo,
@@ -46,6 +52,9 @@ def scenario_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
                 f"expected at most {MAX_FLEET_RANKS} ranks in the fleet (R77)",
             )
         )
+    problems.extend(
+        InputProblem(file, where, reason) for where, reason in fleet_change_problems(value)
+    )
     return problems
 
 
@@ -298,6 +307,48 @@ def build_scenario(value: dict[str, Any]) -> Scenario:
             base_latency_us=transfer["base_latency_us"],
             full_prompt=transfer.get("mode") == "full_prompt",
         ),
+        failures=_failures(value.get("failures")),
+    )
+
+
+def _scaling(scaling: dict[str, Any] | None) -> Scaling | None:
+    """R110, R115: a pool's scaling, or ``None`` without one."""
+    if scaling is None:
+        return None
+    autoscale = scaling.get("autoscale")
+    return Scaling(
+        startup_us=scaling.get("startup_us", 0),
+        schedule=tuple(
+            ScheduleEntry(entry["at_us"], entry["target"]) for entry in scaling.get("schedule", ())
+        ),
+        autoscale=None
+        if autoscale is None
+        else Autoscale(
+            interval_us=autoscale["interval_us"],
+            metric=autoscale["metric"],
+            up_permille=autoscale["up_permille"],
+            down_permille=autoscale["down_permille"],
+            min=autoscale["min"],
+            max=autoscale["max"],
+            step=autoscale.get("step", 1),
+            cooldown_us=autoscale.get("cooldown_us", 0),
+        ),
+    )
+
+
+def _failures(failures: dict[str, Any] | None) -> Failures | None:
+    """R116, R118: the scenario's failures, or ``None`` without any."""
+    if failures is None:
+        return None
+    return Failures(
+        events=tuple(
+            FailureEvent(
+                event["pool"], event["pool_worker"], event["at_us"], event.get("recover_after_us")
+            )
+            for event in failures["events"]
+        ),
+        policy=failures["policy"],
+        max_migrations=failures.get("max_migrations"),
     )
 
 
@@ -332,7 +383,16 @@ def _pools(
     """R77: the fleet's pools, each with the limits and cache it uses; ``fleet.workers`` is
     the one pool ``"default"``."""
     if "pools" not in fleet:
-        return (Pool(DEFAULT_POOL, fleet["workers"], limits, cache, fleet.get("dp_size", 1)),)
+        return (
+            Pool(
+                DEFAULT_POOL,
+                fleet["workers"],
+                limits,
+                cache,
+                fleet.get("dp_size", 1),
+                scaling=_scaling(fleet.get("scaling")),
+            ),
+        )
     return tuple(
         Pool(
             name=pool["name"],
@@ -342,6 +402,7 @@ def _pools(
             dp_size=pool.get("dp_size", 1),
             weight=pool.get("weight", 1),
             role=pool.get("role"),
+            scaling=_scaling(pool.get("scaling")),
         )
         for pool in fleet["pools"]
     )

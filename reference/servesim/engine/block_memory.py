@@ -147,7 +147,8 @@ class BlockMemory:
         cache = self.cache
         state.identities = None  # R47: identities are of this cache's block size
         identities = self.identities(state)
-        prompt = state.request.prompt_tokens
+        # what its prefill computed: its prompt (R121: L, for a migrated request's new attempt)
+        prompt = state.prefill_target
         hit, cached_hits = cache.hit(identities, prompt // cache.block_tokens) if reuse else (0, 0)
         needed = cache.blocks_for(prompt) - hit
         if needed > cache.free + cache.cached_count - cached_hits:
@@ -163,7 +164,7 @@ class BlockMemory:
         """R104: the blocks the transfer filled (all but the hit ones) are registered now, in
         block order, under R47's rule."""
         cache = self.cache
-        cache.register(state.blocks, hit * cache.block_tokens, state.request.prompt_tokens)
+        cache.register(state.blocks, hit * cache.block_tokens, state.prefill_target)  # R121: L
 
     def held_hit_blocks(self, state: RequestState) -> int:
         """R93's a: of the offered request's hit blocks, those running requests hold."""

@@ -79,7 +79,7 @@ def try_reservations(decode: Worker, transfer: KvTransfer, now_us: int) -> list[
         handoff.hit = hit
         handoff.reserved_us = now_us
         handoff.decode_reused_tokens = hit * block_tokens
-        prompt = state.request.prompt_tokens
+        prompt = state.prefill_target  # its prompt; R121: L for a migrated request's new attempt
         tokens = prompt if transfer.full_prompt else prompt - hit * block_tokens
         handoff.transferred_tokens = tokens
         handoff.transfer_us = transfer.transfer_us(tokens)

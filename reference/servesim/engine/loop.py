@@ -17,6 +17,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from servesim.contract.errors import (
     UnrepresentableArrival,
@@ -47,16 +48,24 @@ from servesim.engine.routing import make_router
 from servesim.engine.step import Step, context_tokens, step_duration
 from servesim.engine.worker import Worker
 
+if TYPE_CHECKING:
+    from servesim.engine.fleet_changes import FleetRecord
+
 #: R6: the largest time, in microseconds, that a report can hold exactly (2**53 - 1).
 MAX_TIME_US = (1 << 53) - 1
 
 #: R7's priorities, lowest first, as the kinds of event in the queue's key; R62's stop time
-#: comes after the completions at it and before anything else at it.
+#: comes after the completions at it and before anything else at it. R113's fleet events
+#: (failures, worker transitions, scaling decisions) exist only in a fleet that changes
+#: (``servesim.engine.fleet_changes``); the others keep their relative order.
 STEP_COMPLETION = 0
-TRANSFER_END = 1
-STOP = 2
-ARRIVAL = 3
-SCHEDULING = 4
+FAILURE = 1
+TRANSITION = 2
+TRANSFER_END = 3
+STOP = 4
+ARRIVAL = 5
+SCHEDULING = 6
+DECISION = 7
 
 #: How many arrivals pass between two calls of a progress callback.
 PROGRESS_EVERY = 2048
@@ -88,6 +97,9 @@ class SimulationResult:
     ``"default"`` of every worker."""
     transfer: KvTransfer | None = None
     """R97: a disaggregated fleet's KV transfer, which ``summary.transfers`` reads (R107)."""
+    fleet: FleetRecord | None = None
+    """R123: what a fleet that changed did (``fleet_changes``); ``None`` for a fleet that
+    never changes."""
 
 
 def simulate(
@@ -104,6 +116,24 @@ def simulate(
     ``progress``, when given, hears how far the replay is every ``PROGRESS_EVERY`` arrivals; it
     observes and never changes the simulation.
     """
+    if scenario.fleet_changes:  # section 18: its own loop; a fleet that never changes, R7's
+        from servesim.engine.fleet_changes import FleetEventLoop
+
+        fleet_loop = FleetEventLoop(
+            scenario, workload, timing, record_trace=record_trace, progress=progress
+        )
+        fleet_loop.run()
+        return SimulationResult(
+            requests=fleet_loop.states,
+            workers=fleet_loop.workers,
+            steps=fleet_loop.steps,
+            sessions=workload.sessions,
+            slo=scenario.slo,
+            units=fleet_loop.units,
+            pools=scenario.pools,
+            transfer=scenario.kv_transfer,
+            fleet=fleet_loop.record(),
+        )
     loop = EventLoop(scenario, workload, timing, record_trace=record_trace, progress=progress)
     loop.run()
     return SimulationResult(
@@ -138,49 +168,94 @@ def make_workers(
     worker, in global order: its one scheduler, or the group of its ranks. In a disaggregated
     fleet (R97) each side's schedulers are numbered among themselves (``side_index``), and
     the decode side's caches tell no cache-aware router where they registered a block."""
-    schedulers: list[Worker] = []
-    units: list[Worker | RankGroup] = []
-    prefixes = HashPrefixes()  # section 11: each rank has its own cache; hashes are one naming
-    unlimited = UnlimitedMemory()  # it keeps nothing: one serves all
-    on_side = {None: 0, "prefill": 0, "decode": 0}
-    decode_blocks = FirstBlocks()  # R99: nobody routes by the decode side's caches
+    factory = WorkerFactory(scenario, workload, first_blocks, timings)
     for pool_index, pool in enumerate(scenario.pools):
-        formation = make_formation(pool.scheduler)
-        timing = None if timings is None else timings[pool_index]
-        role = pool.role
         for _ in range(pool.workers):
-            index = len(units)
-            group = None if pool.dp_size == 1 else RankGroup(index, pool.dp_size)
-            for rank in range(pool.dp_size):
-                side_index = on_side[role]
-                on_side[role] += 1
-                memory: Memory = unlimited
-                if pool.kv_cache is not None:
-                    memory = BlockMemory(
-                        side_index,
-                        pool.kv_cache,
-                        workload.prefix_hash_block_tokens,
-                        prefixes,
-                        decode_blocks if role == "decode" else first_blocks,
-                        # read mid-run: no run evicts
-                        registry_watched=scenario.routing.state_aware,
-                    )
-                worker = Worker(
-                    index,
-                    memory,
-                    formation,
-                    timing,
-                    rank=rank,
-                    scheduler=len(schedulers),
-                    group=group,
-                    role=role,
-                )
-                worker.side_index = side_index
-                schedulers.append(worker)
-                if group is not None:
-                    group.ranks.append(worker)
-            units.append(worker if group is None else group)
-    return schedulers, units
+            factory.add(pool_index)
+    return factory.schedulers, factory.units
+
+
+class WorkerFactory:
+    """Makes the fleet's workers one at a time, each with the next global index (R78, R111),
+    its schedulers numbered after every earlier one's (and on its side, R99)."""
+
+    __slots__ = (
+        "decode_blocks",
+        "first_blocks",
+        "formations",
+        "on_side",
+        "prefixes",
+        "scenario",
+        "schedulers",
+        "timings",
+        "units",
+        "unlimited",
+        "workload",
+    )
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        workload: Workload,
+        first_blocks: FirstBlocks,
+        timings: list[TimingProfile] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.workload = workload
+        self.first_blocks = first_blocks
+        self.timings = timings
+        self.schedulers: list[Worker] = []
+        self.units: list[Worker | RankGroup] = []
+        self.prefixes = HashPrefixes()  # section 11: each rank has its own cache; one naming
+        self.unlimited = UnlimitedMemory()  # it keeps nothing: one serves all
+        self.on_side = {None: 0, "prefill": 0, "decode": 0}
+        self.decode_blocks = FirstBlocks()  # R99: nobody routes by the decode side's caches
+        self.formations = [make_formation(pool.scheduler) for pool in scenario.pools]
+
+    def memory(self, pool_index: int, side_index: int) -> Memory:
+        """A rank's memory as new: unlimited, or its pool's cache with every block free."""
+        pool = self.scenario.pools[pool_index]
+        if pool.kv_cache is None:
+            return self.unlimited
+        return BlockMemory(
+            side_index,
+            pool.kv_cache,
+            self.workload.prefix_hash_block_tokens,
+            self.prefixes,
+            self.decode_blocks if pool.role == "decode" else self.first_blocks,
+            # read mid-run: no run evicts
+            registry_watched=self.scenario.routing.state_aware,
+        )
+
+    def add(self, pool_index: int) -> Worker | RankGroup:
+        """A new worker of pool ``pool_index``, with the next global index."""
+        pool = self.scenario.pools[pool_index]
+        formation = self.formations[pool_index]
+        timing = None if self.timings is None else self.timings[pool_index]
+        role = pool.role
+        units, schedulers, on_side = self.units, self.schedulers, self.on_side
+        index = len(units)
+        group = None if pool.dp_size == 1 else RankGroup(index, pool.dp_size)
+        for rank in range(pool.dp_size):
+            side_index = on_side[role]
+            on_side[role] += 1
+            worker = Worker(
+                index,
+                self.memory(pool_index, side_index),
+                formation,
+                timing,
+                rank=rank,
+                scheduler=len(schedulers),
+                group=group,
+                role=role,
+            )
+            worker.side_index = side_index
+            schedulers.append(worker)
+            if group is not None:
+                group.ranks.append(worker)
+        unit = worker if group is None else group
+        units.append(unit)
+        return unit
 
 
 class EventLoop:
@@ -195,6 +270,7 @@ class EventLoop:
         "decode_view",
         "decode_workers",
         "disaggregated",
+        "factory",
         "fleet_view",
         "horizon",
         "known",
@@ -209,6 +285,7 @@ class EventLoop:
         "route_units",
         "route_workers",
         "router",
+        "runs",
         "sequence",
         "state_aware",
         "states",
@@ -237,7 +314,12 @@ class EventLoop:
         timings = pool_timings(scenario, timing)
         self.state_aware = scenario.routing.state_aware
         first_blocks = FirstBlocks()  # R54: where each first block was registered, fleet-wide
-        self.workers, self.units = make_workers(scenario, workload, first_blocks, timings)
+        #: R111: the maker of the fleet's workers, which a fleet that changes keeps using
+        self.factory = WorkerFactory(scenario, workload, first_blocks, timings)
+        for pool_index, pool in enumerate(scenario.pools):
+            for _ in range(pool.workers):
+                self.factory.add(pool_index)
+        self.workers, self.units = self.factory.schedulers, self.factory.units
         #: R57: whether a routed request records cached(w, q, r) at the rank it joins, for each
         #: rank (with a state-aware policy and a prefix cache there); ``None`` when none does
         records = [
@@ -300,6 +382,9 @@ class EventLoop:
         # so that their order is R60's (time, then position) without a heap entry per request.
         self.known = iter(self.arrivals.known())
         self.known_pending = -1  # the position of the known arrival in the queue, if any
+        #: whether a step may stand for a run of identical steps (``decode_runs``, carried
+        #: steps): a shortcut with the same results, off where the fleet changes
+        self.runs = True
 
     def run(self) -> None:
         """Process every event in key order (R7); then R62's cut-offs."""
@@ -312,10 +397,13 @@ class EventLoop:
         pop = heapq.heappop
         handlers = (
             self.step_completion,
+            self.failure,
+            self.transition,
             self.transfer_end,
             self.stop,
             self.arrival,
             self.scheduling,
+            self.decision,
         )
         while queue:
             now_us, kind, order, subject = pop(queue)
@@ -363,6 +451,18 @@ class EventLoop:
             if run.truncate_at(now_us):
                 unit.completion_sequence = self._push_completion(run.end_us, index)
 
+    def failure(self, now_us: int, order: int, subject: int) -> None:
+        """R117: a worker fails (only in a fleet that changes)."""
+        raise AssertionError("R113: no failure without failures")
+
+    def transition(self, now_us: int, order: int, subject: int) -> None:
+        """R111, R119: a startup end or a recovery start (only in a fleet that changes)."""
+        raise AssertionError("R113: no worker transition without scaling or failures")
+
+    def decision(self, now_us: int, order: int, subject: int) -> None:
+        """R110, R115: a scaling decision (only in a fleet that changes)."""
+        raise AssertionError("R113: no scaling decision without scaling")
+
     def stop(self, now_us: int, order: int, subject: int) -> None:
         """R62: nothing at or after the stop time happens but the completions at it: the
         events left are dropped, and the loop ends."""
@@ -406,8 +506,10 @@ class EventLoop:
         if now_us + duration > MAX_TIME_US:
             raise UnrepresentableTime(worker=index, start_us=now_us, duration_us=duration)
         steps = self.steps
-        if not worker.pending:  # R102 (b): a waiting reservation is tried at every pass end
+        if self.runs and not worker.pending:  # R102 (b): a reservation is tried at every pass end
             plan_run(step, worker, timing.model, MAX_TIME_US, steps is not None)
+            if step.repeat > 1:
+                self._bound_run(step, now_us)
         stop_us = self.stop_us
         if stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(stop_us)
@@ -484,13 +586,20 @@ class EventLoop:
         (exact while nobody joins any rank of the worker: ``_route`` cuts the run then)."""
         timing = rank.timing
         assert timing is not None
-        if not self.disaggregated:  # no decode runs where handoffs change a worker mid-run
+        if self.runs and not self.disaggregated:  # no runs where handoffs change a worker
             plan_run(step, rank, timing.model, MAX_TIME_US, self.steps is not None)
+            if step.repeat > 1:
+                self._bound_run(step, step.start_us)
         if self.stop_us is not None:  # R62: no step of a run may pass the stop time uncut
             step.stop_at(self.stop_us)
         assert not self.state_aware or keeps_router_view(step, rank.memory), (
             "keeps_router_view: a run would change what a state-aware router reads"
         )
+
+    def _bound_run(self, step: Step, now_us: int) -> None:
+        """A run just planned at ``now_us`` may be shortened where something other than a
+        join or the stop time reads or changes its worker (section 18's fleet events); none
+        here."""
 
     def _rank_run(self, rank: Worker, step: Step) -> int:
         """How many passes from this one on ``step``, just formed in a pass of several ranks,
@@ -500,6 +609,7 @@ class EventLoop:
         timing = rank.timing
         if (
             self.disaggregated  # no decode runs where handoffs change a worker mid-run
+            or not self.runs
             or step.prefill
             or not step.decode
             or not rank.memory.unlimited
@@ -585,6 +695,11 @@ class EventLoop:
             worker = unit.next_rank() if isinstance(unit, RankGroup) else unit
         if self.records_cached is not None and self.records_cached[worker.scheduler]:
             state.cached_blocks_at_routing = fleet_view.cached(worker.side_index)
+        self._join(state, worker, now_us)
+
+    def _join(self, state: RequestState, worker: Worker, now_us: int) -> None:
+        """R12, R80: a routed request joins ``worker``'s waiting queue, which may cut a run."""
+        fleet_view = self.fleet_view
         if self.disaggregated:  # R100: a request of one output token on the prefill side
             state.output_limit = 1
         worker.enqueue(state)
@@ -643,6 +758,15 @@ class EventLoop:
         else:
             unit = self.decode_units[chosen]
             decode = unit.next_rank() if isinstance(unit, RankGroup) else unit
+        self._join_decode(state, source, decode, now_us)
+
+    def _join_decode(
+        self, state: RequestState, source: Worker, decode: Worker, now_us: int
+    ) -> None:
+        """R100, R102: a Held request joins ``decode``'s reservation queue, which is tried."""
+        router = self.decode_router
+        assert router is not None
+        view = self.decode_view
         hand_off(state, source, decode, now_us)
         router.counters_changed(view, decode.side_index)
         self._try_reservations(decode, now_us)

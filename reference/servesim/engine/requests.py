@@ -47,10 +47,15 @@ class RequestState:
     terminal_us: int | None = None
     cut_off: bool = False
     """R62: whether the stop time ended it (its ``terminal_us`` is then the stop time)."""
+    fail_reason: str | None = None
+    """R118, R123: why it failed (its terminal state Failed, section 18); ``None`` otherwise."""
     reused_prompt_tokens: int = 0
     """R48, R52: the tokens reused at its first admission (0 without a cache)."""
     preemptions: int = 0
     """R49, R52: how many times it was preempted."""
+    recomputing: bool = False
+    """R50: whether it is a request recomputing after a preemption (R49), or (R118) one
+    migrated after it produced tokens; whole mode then allots it ``min(remaining, budget)``."""
     retractions: int = 0
     """R91, R95: how many times the sglang style retracted it."""
     cached_tokens: int = 0

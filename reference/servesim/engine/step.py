@@ -65,6 +65,9 @@ class Step:
     """R83: one of the steps of a pass of several ranks, each pass of which ends at the pass
     end (``pass_end_us``, or the run's ``segments`` of pass-long periods): its tokens come
     then, and its rank is busy for its own ``duration_us`` per pass (R85)."""
+    cut_us: int | None = None
+    """R117, R123: the failure that cut the step, which never ended; ``None`` otherwise (a
+    step cut by a stop time is known by its end after it)."""
     prefill_tokens: int = field(init=False)
     """R22's P: the prompt tokens one step prefills, over all requests (its allotments are
     fixed once it is formed: summed once, for the timing model and the worker both read it)."""

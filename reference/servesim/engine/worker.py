@@ -224,6 +224,7 @@ class Worker:
         if self.group is not None:
             self.group.joined()
         victim.preemptions += 1  # 4.
+        victim.recomputing = True
         assert self.kv_counters is not None
         self.kv_counters.preemptions += 1
         self.preempted.append(victim)

@@ -13,10 +13,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from servesim.contract.canonical import canonical_bytes, encoded_array
+from servesim.contract.errors import UnrepresentableSum
 from servesim.contract.model import DEFAULT_POOL, KvTransfer, Pool, SchedulerLimits, Slo
 from servesim.contract.nearest_rank import ranked_statistics
 from servesim.contract.tpot import tpot_statistics
 from servesim.engine.admission import REJECT_REASONS
+from servesim.engine.fleet_changes import FAIL_REASONS, FleetRecord, RequestFate
 from servesim.engine.formation.sglang import RATIO_DENOMINATOR
 from servesim.engine.handoff import Handoff
 from servesim.engine.kv.counters import KvCacheCounters
@@ -75,12 +77,15 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
 
 #: R26's request entry with its members in RFC 8785 order (sorted keys); see ``_request_entry``.
 #: The slot before ``terminal_us`` holds R63's ``slo_met`` member, or nothing without ``slo``.
+#: R123's members of a request that no failure touched, in their places: after ``e2e_us``,
+#: after ``id``, after ``rank``.
+_NO_FATE = (b'"fail_reason":null,', b'"lost_tokens":0,', b'"migrations":[],', 0)
 _REQUEST_ENTRY = (
     b'{"arrival_us":%b,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,'
-    b'"first_scheduled_us":%b,"first_token_us":%b,"handoff":%b,"id":%b,"mean_itl_us":%b,'
-    b'"outcome":%b,'
+    b'%b"first_scheduled_us":%b,"first_token_us":%b,"handoff":%b,"id":%b,%b"mean_itl_us":%b,'
+    b'%b"outcome":%b,'
     b'"output_tokens":%d,"pool":%b,"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,'
-    b'"rank":%b,"reject_reason":%b,"retractions":%d,'
+    b'"rank":%b,"recomputed_tokens":%d,"reject_reason":%b,"retractions":%d,'
     b'"reused_prompt_tokens":%d,"session":%b,%b"terminal_us":%d,"token_times_us":[%b],'
     b'"ttft_us":%b,"worker":%b}'
 )
@@ -98,8 +103,32 @@ def _json(value: int | float | str | None) -> bytes:
 
 
 def _completed(state: RequestState) -> bool:
-    """R9: whether the request completed (not rejected, R10, nor cut off, R62)."""
-    return state.reject_reason is None and not state.cut_off
+    """R9: whether the request completed (not rejected, R10, cut off, R62, nor failed, R118)."""
+    return state.reject_reason is None and not state.cut_off and state.fail_reason is None
+
+
+def _fate_members(fate: RequestFate | None) -> tuple[bytes, bytes, bytes, int]:
+    """R123: a request's ``fail_reason``, ``lost_tokens`` and ``migrations`` members (each
+    with its comma) and its ``recomputed_tokens``."""
+    if fate is None:
+        return _NO_FATE
+    migrations = [
+        {
+            "at_us": each.at_us,
+            "worker": each.worker,
+            "pool": each.pool,
+            "rank": each.rank,
+            "output_tokens": each.output_tokens,
+            "lost_tokens": each.lost_tokens,
+        }
+        for each in fate.migrations
+    ]
+    return (
+        b'"fail_reason":%b,' % _json(fate.fail_reason),
+        b'"lost_tokens":%d,' % fate.lost_tokens,
+        b'"migrations":%b,' % canonical_bytes(migrations),
+        fate.recomputed_tokens,
+    )
 
 
 def meets_objectives(state: RequestState, slo: Slo) -> bool:
@@ -126,6 +155,7 @@ def _request_entry(
     times: bytes | None = None,
     pool: bytes = b"null",
     handoff: bytes = b"null",
+    fate: RequestFate | None = None,
 ) -> bytes:
     """R26: one request's line in the report, as canonical bytes; ``session`` is its R64
     member's bytes; ``times`` its token times' JSON items when the caller has them
@@ -149,6 +179,8 @@ def _request_entry(
                 ttft_us = first_token - arrival
         if state.cut_off:  # R62: the latencies whose times exist, none that needs a completion
             outcome = b'"cut_off"'
+        elif state.fail_reason is not None:  # R118: likewise
+            outcome = b'"failed"'
         else:
             assert arrival is not None, "R9: a completed request arrived"
             assert first_token is not None, "R20: a completed request produced a token"
@@ -157,16 +189,20 @@ def _request_entry(
             e2e_us = completion_us - arrival
             mean_itl_us = ratio(completion_us - first_token, len(tokens) - 1)
     assert state.terminal_us is not None, "R9: every request ends before the report is built"
+    fail_reason, lost_tokens, migrations, recomputed_tokens = _fate_members(fate)
     return _REQUEST_ENTRY % (
         _json(arrival),
         _json(state.cached_blocks_at_routing),  # R57
         _json(completion_us),
         _json(e2e_us),
+        fail_reason,  # R123
         _json(state.first_scheduled_us),
         _json(first_token),
         handoff,  # R107
         _json(request.id),
+        lost_tokens,  # R123
         _json(mean_itl_us),
+        migrations,  # R123
         outcome,
         len(tokens),  # output_tokens
         pool,  # R85
@@ -174,6 +210,7 @@ def _request_entry(
         request.prompt_tokens,
         _json(queue_us),
         _json(state.rank),  # R85
+        recomputed_tokens,  # R123
         _json(state.reject_reason),
         state.retractions,  # R95
         state.reused_prompt_tokens,
@@ -208,27 +245,52 @@ def _summary(
     slo: Slo | None,
     passes: int,
     transfer: KvTransfer | None = None,
+    worker_us: int = 0,
+    fleet: FleetRecord | None = None,
 ) -> dict[str, Any]:
-    """R28, R63, R64, R107: fleet-wide counts, throughput and latency statistics; ``workers``
-    are the schedulers (every rank), ``passes`` R85's ``steps``."""
+    """R28, R63, R64, R107, R123: fleet-wide counts, throughput and latency statistics;
+    ``workers`` are the schedulers (every rank), ``passes`` R85's ``steps``, ``worker_us``
+    the pools' sum (R122)."""
     completed = [state for state in states if _completed(state)]
-    by_reason = dict.fromkeys(REJECT_REASONS, 0)
+    by_reason = dict.fromkeys((*REJECT_REASONS, "no_routable_worker"), 0)
+    failed_by_reason = dict.fromkeys(FAIL_REASONS, 0)
     cut_off = 0
     for state in states:
         if state.reject_reason is not None:
             by_reason[state.reject_reason] += 1
         elif state.cut_off:
             cut_off += 1
+        elif state.fail_reason is not None:
+            failed_by_reason[state.fail_reason] += 1
+    failed = sum(failed_by_reason.values())
+    fates = {} if fleet is None else fleet.fates
+    counts = None if fleet is None else fleet.counts
     output_tokens = sum(len(state.token_times_us) for state in completed)
     latencies = [_latencies(state) for state in completed]
-    gaps = itl_gaps(states, workers)
+    gaps = itl_gaps(states, workers) if fleet is None else _itl_gaps_of(completed)
     prompt_tokens = sum(state.request.prompt_tokens for state in completed)
     summary: dict[str, Any] = {
         "requests": len(states),
         "completed": len(completed),
-        "rejected": len(states) - len(completed) - cut_off,
+        "rejected": len(states) - len(completed) - cut_off - failed,
         "rejected_by_reason": by_reason,
         "cut_off": cut_off,
+        "failed": failed,  # R123
+        "failed_by_reason": failed_by_reason,
+        "migrations": sum(len(fate.migrations) for fate in fates.values()),
+        "lost_tokens": sum(fate.lost_tokens for fate in fates.values()),
+        "recomputed_tokens": sum(fate.recomputed_tokens for fate in fates.values()),
+        "worker_us": worker_us,  # R122
+        "worker_hours": ratio(worker_us, US_PER_HOUR),
+        "fleet": {
+            "scale_ups": 0 if counts is None else counts.scale_ups,
+            "scale_downs": 0 if counts is None else counts.scale_downs,
+            "cancelled": 0 if counts is None else counts.cancelled,
+            "drained": 0 if counts is None else counts.drained,
+            "failures": 0 if counts is None else counts.failures,
+            "ignored_failures": 0 if counts is None else counts.ignored_failures,
+            "recoveries": 0 if counts is None else counts.recoveries,
+        },
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
         "steps": passes,
@@ -248,7 +310,7 @@ def _summary(
         ),
         "e2e_us": statistics([e2e for _, _, e2e in latencies]),
         "kv_cache": _summary_kv_cache(completed, workers, prompt_tokens),
-        "transfers": None if transfer is None else _transfers(states, transfer),
+        "transfers": None if transfer is None else _transfers(states, transfer, fates),
     }
     if slo is not None:  # R63: absent without objectives, not null
         good = [state for state in completed if meets_objectives(state, slo)]
@@ -262,10 +324,21 @@ def _summary(
     return summary
 
 
-def _transfers(states: list[RequestState], transfer: KvTransfer) -> dict[str, Any]:
+def last_handoff(state: RequestState, fates: Mapping[int, RequestFate]) -> Handoff | None:
+    """R107, R121: the request's last handoff: its own, or, when a migration took it back to
+    the prefill side and its new prefill has not ended, the one before."""
+    if state.handoff is not None or not fates:
+        return state.handoff
+    fate = fates.get(state.position)
+    return None if fate is None else fate.handoff
+
+
+def _transfers(
+    states: list[RequestState], transfer: KvTransfer, fates: Mapping[int, RequestFate]
+) -> dict[str, Any]:
     """R107: the transfers that ended (their count, tokens, gigabytes and durations), and how
-    long each reserved request waited for its reservation."""
-    handoffs = [state.handoff for state in states if state.handoff is not None]
+    long each reserved request waited for its reservation, over each request's last handoff."""
+    handoffs = [handoff for state in states if (handoff := last_handoff(state, fates)) is not None]
     ended = [each for each in handoffs if each.transfer_end_us is not None]
     tokens = sum(each.transferred_tokens or 0 for each in ended)
     return {
@@ -324,6 +397,16 @@ def itl_gaps(states: list[RequestState], workers: list[Worker]) -> Counter[int]:
     return +gaps  # without the gaps that no completed request has
 
 
+def _itl_gaps_of(completed: list[RequestState]) -> Counter[int]:
+    """R27's ITL samples, from the completed requests' own token times: in a fleet that changed,
+    a migrated request's tokens come from several workers, whose per-step counts
+    (``Worker.itl_gaps``) do not see the gap across its migration."""
+    gaps: Counter[int] = Counter()
+    for state in completed:
+        state.token_times_us.count_gaps(gaps)
+    return +gaps
+
+
 def _summary_kv_cache(
     completed: list[RequestState], workers: list[Worker], prompt_tokens: int
 ) -> dict[str, Any] | None:
@@ -359,14 +442,15 @@ def _worker_kv_cache(counters: KvCacheCounters | None) -> dict[str, int | None] 
 _SUMMED_CACHE = ("reused_tokens", "preemptions", "evictions", "retractions")
 
 
-def _rank_entry(rank: Worker, makespan_us: int) -> dict[str, Any]:
-    """R29, R52, R85: one scheduler's counters (a rank's, or a one-rank worker's own)."""
+def _rank_entry(rank: Worker, worker_us: int) -> dict[str, Any]:
+    """R29, R52, R85: one scheduler's counters (a rank's, or a one-rank worker's own);
+    ``worker_us`` its worker's (R122)."""
     return {
         "routed": rank.routed,
         "completed": rank.completed,
         "steps": rank.steps,
         "busy_us": rank.busy_us,
-        "utilization": ratio(rank.busy_us, makespan_us),
+        "utilization": ratio(rank.busy_us, worker_us),
         "peak_running": rank.peak_running,
         "peak_waiting": rank.peak_waiting,
         "prefill_tokens": rank.prefill_tokens,
@@ -390,19 +474,20 @@ _SUMMED = (
 
 
 def _worker_entry(
-    unit: Worker | RankGroup, pool: str, pool_worker: int, makespan_us: int
+    unit: Worker | RankGroup, pool: str, pool_worker: int, life: dict[str, Any]
 ) -> dict[str, Any]:
-    """R29, R85: one worker's counters, its pool, and its ranks'."""
+    """R29, R85, R123: one worker's counters, its pool, its life, and its ranks'."""
+    worker_us = life["worker_us"]
     if isinstance(unit, Worker):  # one rank: the worker's members are its rank's
-        rank = _rank_entry(unit, makespan_us)
+        rank = _rank_entry(unit, worker_us)
         entry = dict(rank)
         ranks = [{"rank": 0, **rank}]
     else:
-        ranks = [{"rank": r.rank, **_rank_entry(r, makespan_us)} for r in unit.ranks]
+        ranks = [{"rank": r.rank, **_rank_entry(r, worker_us)} for r in unit.ranks]
         entry = {name: sum(each[name] for each in ranks) for name in _SUMMED}
         entry["steps"] = unit.passes
         entry["busy_us"] = unit.busy_us
-        entry["utilization"] = ratio(unit.busy_us, makespan_us)
+        entry["utilization"] = ratio(unit.busy_us, worker_us)
         entry["peak_running"] = unit.peak_running
         entry["peak_waiting"] = unit.peak_waiting
         caches = [each["kv_cache"] for each in ranks]
@@ -422,6 +507,7 @@ def _worker_entry(
     entry["pool"] = pool
     entry["pool_worker"] = pool_worker
     entry["ranks"] = ranks
+    entry.update(life)
     return entry
 
 
@@ -430,9 +516,12 @@ def _pool_entry(
     workers: list[dict[str, Any]],
     completed: list[RequestState],
     makespan_us: int,
+    peak_workers: int,
 ) -> dict[str, Any]:
-    """R85: one pool's sums over its workers and its workers' completed requests."""
+    """R85, R122, R123: one pool's sums over its workers and its workers' completed
+    requests."""
     busy_us = sum(worker["busy_us"] for worker in workers)
+    worker_us = sum(worker["worker_us"] for worker in workers)
     done = sum(worker["completed"] for worker in workers)
     output_tokens = sum(len(state.token_times_us) for state in completed)
     kv_cache = None
@@ -458,16 +547,23 @@ def _pool_entry(
         "output_tokens": output_tokens,
         "steps": sum(worker["steps"] for worker in workers),
         "busy_us": busy_us,
-        "utilization": ratio(busy_us, pool.workers * makespan_us),
+        "utilization": ratio(busy_us, worker_us),
         "request_throughput_per_s": ratio(done * 1_000_000, makespan_us),
         "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan_us),
         "kv_cache": kv_cache,
+        "workers_created": len(workers),  # R123
+        "peak_workers": peak_workers,
+        "worker_us": worker_us,
+        "worker_hours": ratio(worker_us, US_PER_HOUR),
+        "failures": sum(worker["failures"] for worker in workers),
+        "migrations": sum(worker["migrated_out"] for worker in workers),
+        "failed": sum(worker["failed_requests"] for worker in workers),
     }
 
 
 #: R30's trace entry with its members in RFC 8785 order; the strings inside are canonical already.
 _TRACE_ENTRY = (
-    b'{"batched_tokens":%d,"decode_requests":%b,"duration_us":%d,"end_us":%d,"kind":%b,'
+    b'{"batched_tokens":%d,"cut_us":%b,"decode_requests":%b,"duration_us":%d,"end_us":%d,"kind":%b,'
     b'"kv_blocks_in_use":%b,"new_token_ratio":%b,"preempted":%b,"prefill":%b,'
     b'"prefill_tokens":%d,"rank":%d,"retracted":%b,'
     b'"shape":{"context_tokens":%d,"decode_requests":%d,"prefill_tokens":%d},'
@@ -483,10 +579,11 @@ _STEP_KIND = {
 }
 
 
-def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
+def _trace_entries(step: Step, latest_us: int) -> Iterator[tuple[int, int, int, bytes]]:
     """R30, R85: the trace entries of a step, one per step of a run of identical steps, as
     ``(start_us, worker, rank, canonical bytes)``; a rank's step ends at its pass end, with
-    its own duration.
+    its own duration. R123: ``cut_us`` is the failure that cut it, or, for a step ending after
+    the latest terminal time ``latest_us``, that time (a stop time's cut, R124), else null.
 
     A long replay has millions of steps, so an entry is filled into a byte template instead of
     going through a dictionary: only its integers change within a run, and its two lists are
@@ -511,8 +608,13 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
         bounds = iter([(step.start_us, step.pass_end_us)])
     rank = step.rank
     for start, end in bounds:
+        if step.cut_us is not None:
+            cut = b"%d" % step.cut_us
+        else:
+            cut = b"%d" % latest_us if end > latest_us else b"null"
         entry = _TRACE_ENTRY % (
             batched,
+            cut,
             decode_requests,
             step.duration_us if step.barrier else end - start,
             end,
@@ -534,7 +636,7 @@ def _trace_entries(step: Step) -> Iterator[tuple[int, int, int, bytes]]:
         context += decoding  # R22: each decode step adds one token to every decoding context
 
 
-def _trace(steps: list[Step]) -> Iterator[bytes]:
+def _trace(steps: list[Step], latest_us: int) -> Iterator[bytes]:
     """R30, R85: every step of every rank, in order of (start_us, worker, rank), as canonical
     bytes.
 
@@ -546,7 +648,7 @@ def _trace(steps: list[Step]) -> Iterator[bytes]:
     for step in steps:
         by_rank.setdefault((step.worker, step.rank), []).append(step)
     streams = [
-        (entry for step in rank_steps for entry in _trace_entries(step))
+        (entry for step in rank_steps for entry in _trace_entries(step, latest_us))
         for rank_steps in by_rank.values()
     ]
     return (entry for _, _, _, entry in heapq.merge(*streams))
@@ -622,29 +724,28 @@ def report_chunks(
             for pool in pools
         ]
     digests["timing_profiles"] = [{"pool": name, **profile} for name, profile in profiles]
-    # R78: each worker's pool and index within it; each worker's first scheduler
+    # R78, R111: each worker's pool and index within it; each worker's first scheduler
     pool_of: list[int] = []
     pool_worker: list[int] = []
-    for index, pool in enumerate(pools):
-        pool_of.extend([index] * pool.workers)
-        pool_worker.extend(range(pool.workers))
+    fleet = result.fleet
+    if fleet is None:
+        for index, pool in enumerate(pools):
+            pool_of.extend([index] * pool.workers)
+            pool_worker.extend(range(pool.workers))
+    else:
+        pool_of = [life.pool for life in fleet.lives]
+        pool_worker = [life.pool_worker for life in fleet.lives]
+    first_arrival_us = _first_arrival_us(result.requests)
+    lives = _lives(fleet, len(units), first_arrival_us, first_arrival_us + makespan_us)
     first_scheduler: list[int] = []
     schedulers = 0
     for unit in units:
         first_scheduler.append(schedulers)
         schedulers += 1 if isinstance(unit, Worker) else len(unit.ranks)
     workers = [
-        _worker_entry(unit, pools[pool_of[w]].name, pool_worker[w], makespan_us)
+        _worker_entry(unit, pools[pool_of[w]].name, pool_worker[w], lives[w])
         for w, unit in enumerate(units)
     ]
-    summary = _summary(
-        result.requests,
-        result.workers,
-        makespan_us,
-        result.slo,
-        sum(worker["steps"] for worker in workers),
-        result.transfer,
-    )
     completed_by_pool: list[list[RequestState]] = [[] for _ in pools]
     for state in result.requests:  # R107: where it completed, its decode side's when it has one
         if state.worker is not None and _completed(state):
@@ -659,9 +760,57 @@ def report_chunks(
             [workers[w] for w in range(len(units)) if pool_of[w] == index],
             completed_by_pool[index],
             makespan_us,
+            pool.workers if fleet is None else fleet.peak_workers[index],
         )
         for index, pool in enumerate(pools)
     ]
+    worker_us = sum(entry["worker_us"] for entry in pool_entries)
+    for pointer, total in [("/summary/worker_us", worker_us)] + [
+        (f"/pools/{index}/worker_us", entry["worker_us"])
+        for index, entry in enumerate(pool_entries)
+    ]:
+        if total > MAX_REPORT_INTEGER:  # R122: a sum obeys R6's bound
+            raise UnrepresentableSum(pointer=pointer, value=total)
+    summary = _summary(
+        result.requests,
+        result.workers,
+        makespan_us,
+        result.slo,
+        sum(worker["steps"] for worker in workers),
+        result.transfer,
+        worker_us,
+        fleet,
+    )
+    fates = {} if fleet is None else fleet.fates
+    # everything above ran now (a sum past R6's bound is found before any byte is written);
+    # the bytes below are made as they are read
+    return _report_bytes(
+        result,
+        digests,
+        pool_entries,
+        summary,
+        workers,
+        pools,
+        pool_of,
+        first_scheduler,
+        fates,
+        first_arrival_us + makespan_us,
+    )
+
+
+def _report_bytes(
+    result: SimulationResult,
+    digests: dict[str, Any],
+    pool_entries: list[dict[str, Any]],
+    summary: dict[str, Any],
+    workers: list[dict[str, Any]],
+    pools: tuple[Pool, ...],
+    pool_of: list[int],
+    first_scheduler: list[int],
+    fates: Mapping[int, RequestFate],
+    latest_us: int,
+) -> Iterator[bytes]:
+    """R31: the report's bytes, in pieces (``report_chunks``)."""
     sessions = [canonical_bytes(session) for session in result.sessions]
     step_ends = _step_end_items(result.workers)
     pool_names = [canonical_bytes(pool.name) for pool in pools]
@@ -679,16 +828,70 @@ def report_chunks(
             result.slo,
             _sliced_times(state, step_ends, first_scheduler),
             b"null" if state.worker is None else pool_names[pool_of[state.worker]],
-            _handoff_entry(state.handoff, pools, pool_of),
+            _handoff_entry(last_handoff(state, fates), pools, pool_of),
+            fates.get(state.position),
         )
         for state in result.requests
     )
-    yield b',"schema_version":"8.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"9.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:
-        yield from encoded_array(_trace(result.steps))
+        yield from encoded_array(_trace(result.steps, latest_us))
     yield b',"workers":' + canonical_bytes(workers) + b"}\n"
+
+
+#: R122: microseconds in an hour, ``worker_hours``' denominator.
+US_PER_HOUR = 3_600_000_000
+
+#: R6: the largest integer a report holds.
+MAX_REPORT_INTEGER = (1 << 53) - 1
+
+
+def _lives(
+    fleet: FleetRecord | None, workers: int, start_us: int, end_us: int
+) -> list[dict[str, Any]]:
+    """R122, R123: each worker's lifecycle, creation and time in each state within the
+    accounting window ``[start_us, end_us]``, and what its failures did."""
+    if fleet is None:  # R124: every worker active from 0 for the whole window
+        window = end_us - start_us
+        static = {
+            "lifecycle": [{"state": "active", "at_us": 0}],
+            "created_us": 0,
+            "worker_us": window,
+            "starting_us": 0,
+            "active_us": window,
+            "draining_us": 0,
+            "failed_us": 0,
+            "failures": 0,
+            "migrated_out": 0,
+            "failed_requests": 0,
+            "lost_tokens": 0,
+        }
+        return [static] * workers
+    entries = []
+    for life in fleet.lives:
+        spent = dict.fromkeys(("starting", "active", "draining", "failed", "removed"), 0)
+        changes = life.lifecycle
+        for position, (state, at_us) in enumerate(changes):
+            until = changes[position + 1][1] if position + 1 < len(changes) else end_us
+            spent[state] += max(0, min(until, end_us) - max(at_us, start_us))
+        entries.append(
+            {
+                "lifecycle": [{"state": state, "at_us": at_us} for state, at_us in changes],
+                "created_us": life.created_us,
+                "worker_us": spent["starting"] + spent["active"] + spent["draining"],
+                "starting_us": spent["starting"],
+                "active_us": spent["active"],
+                "draining_us": spent["draining"],
+                "failed_us": spent["failed"],
+                "failures": life.failures,
+                "migrated_out": life.migrated_out,
+                "failed_requests": life.failed_requests,
+                "lost_tokens": life.lost_tokens,
+            }
+        )
+    return entries
 
 
 #: A placeholder for the limits of the one pool of a result made without pools; the report

@@ -104,7 +104,7 @@ class VllmFormation:
             if state in preempted:  # by a request before it in part 1, or here
                 continue
             tokens = allotment(
-                state.prefill_target - state.prefilled, budget, limits, state.preemptions > 0
+                state.prefill_target - state.prefilled, budget, limits, state.recomputing
             )
             if unlimited or grow(state, tokens) or self._make_room(worker, state, tokens, served):
                 served.add(state)
@@ -130,7 +130,7 @@ class VllmFormation:
             # R48's L (R105: a decode side's hidden token is a produced one)
             target = head.request.prompt_tokens + head.token_times_us.count + head.hidden
             reused = memory.reusable(head, target)
-            tokens = allotment(target - reused, budget, limits, head.preemptions > 0)
+            tokens = allotment(target - reused, budget, limits, head.recomputing)
             if tokens == 0:
                 break
             if not self._fits(worker, head, reused + tokens):
