@@ -567,7 +567,7 @@ def test_a_failure_s_migration_and_worker_time_are_shown(
         "workers      2: utilisation min 37.45% (worker 0), mean 61.60%, max 85.29% (worker 1)"
         in table
     )
-    assert "fleet        worker-hours 0.00 (0.010780 worker-seconds)" in table
+    assert "fleet        worker-hours 0.0000 (0.010780 worker-seconds)" in table
     assert (
         "             0 added, 0 taken away (0 cancelled, 0 drained); 1 failure (0 ignored), "
         "1 recovery; 1 migration, 11 tokens lost, 11 recomputed"
@@ -593,7 +593,7 @@ def test_failed_requests_are_counted_by_reason(
     table = capsys.readouterr().out.splitlines()
     assert "requests     3: 2 completed, 0 rejected, 0 cut off, 1 failed" in table
     assert "failed       migration_limit 0, no_routable_worker 0, worker_failure 1" in table
-    assert "fleet        worker-hours 0.00 (0.008160 worker-seconds)" in table
+    assert "fleet        worker-hours 0.0000 (0.008160 worker-seconds)" in table
     assert (
         "             0 added, 0 taken away (0 cancelled, 0 drained); 1 failure (0 ignored), "
         "1 recovery; 0 migrations, 11 tokens lost, 0 recomputed"
@@ -612,7 +612,7 @@ def test_a_fleet_that_never_changed_shows_only_its_worker_time(
     assert main(["summary", str(hand_report)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert "requests     3: 3 completed, 0 rejected, 0 cut off, 0 failed" in table
-    index = table.index("fleet        worker-hours 0.00 (0.004730 worker-seconds)")
+    index = table.index("fleet        worker-hours 0.0000 (0.004730 worker-seconds)")
     assert table[index + 1 :] == []  # the last line: no cache, no pools, no changes
     older = hand_report.parent / "report-4.0.json"
     older.write_text(json.dumps(as_report_4_0(json.loads(hand_report.read_bytes()))))
@@ -638,4 +638,4 @@ def test_compare_pairs_the_fleet_figures(
     assert rows["failed"][:3] == ["1", "0", "-1"]
     assert rows["migrations"][:3] == ["0", "1", "1"]
     assert rows["worker time (s)"][:3] == ["0.008160", "0.010780", "0.002620"]
-    assert rows["worker-hours (h)"][:2] == ["0.00", "0.00"]
+    assert rows["worker-hours (h)"][:2] == ["0.0000", "0.0000"]

@@ -2,7 +2,8 @@
 
 The figures are those of ``servesim_cli.figures``. Display rounding, always to nearest with ties
 to even, from the exact value: latencies in milliseconds to the microsecond (3 decimals), the
-makespan in seconds to the microsecond, throughputs and utilisation percentages to 2 decimals.
+makespan and the worker time in seconds to the microsecond, throughputs and utilisation
+percentages to 2 decimals, worker-hours to 4 (0.36 s).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _SHOWN = {
     "s": (6, Fraction(1, 1_000_000), " s"),
     "per_s": (2, Fraction(1), "/s"),
     "percent": (2, Fraction(100), "%"),
-    "h": (2, Fraction(1), " h"),
+    "h": (4, Fraction(1), " h"),
 }
 
 
