@@ -158,7 +158,7 @@ def test_both_unreadable_reports_are_named(
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps(scenario_doc()))
     future = tmp_path / "future.json"
-    future.write_text(json.dumps({**json.loads(one_worker.read_bytes()), "schema_version": "9.0"}))
+    future.write_text(json.dumps({**json.loads(one_worker.read_bytes()), "schema_version": "99.0"}))
     assert main(["compare", str(scenario), str(future)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

@@ -131,3 +131,101 @@ def test_the_sessions_example_trades_throughput_for_goodput(tmp_path: Path) -> N
     cut = [request for request in report["requests"] if request["outcome"] == "cut_off"]
     assert {request["terminal_us"] for request in cut} == {300_000}
     assert all(request["arrival_us"] is None or request["arrival_us"] < 300_000 for request in cut)
+
+
+FLEET_CHANGES = EXAMPLES / "fleet-changes"
+
+
+def test_the_fleet_changes_example_scales_drains_fails_and_migrates(tmp_path: Path) -> None:
+    """The fleet-changes example (scenario 1.7, section 18), its lifecycles checked by hand
+    against the SPEC, tick by tick (ticks every 50 ms, startup 100 ms, cooldown 200 ms,
+    ``waiting_per_worker`` up at 2, down below 0.5, step 2, min 1, max 6):
+
+    - 50 ms: nothing waits, low, e = 2 > min: target 1, worker 1 (the highest index) drains
+      and, having nothing, is removed at once (R112), as R123 lists both.
+    - 1.05 s: the burst queues on worker 0, high (the waiting counts at the ticks were not
+      recounted by hand, only what each decision then does): target 3, workers 2 and 3
+      (global indices from N0 = 2, R111) start and are active 100 ms later.
+    - 1.3 s: worker 2 fails (R117, priority 1); its running r39 (13 of 22 tokens, 32 + 13 =
+      45 cached tokens with the cut pass's decode) and r42 (1 token, 61 + 1 = 62) migrate
+      (R118) and are routed round robin after ``last`` = 2 (r42 had joined worker 2): r39 to
+      3, r42 to 0 (R114). The tick of 1.3 s (last, R113, cooldown over since 1.25 s) sees e
+      = 2 (0 and 3) and adds workers 4 and 5.
+    - 1.5 s: low, e = 4: target 2, workers 5 and 4 drain (highest first).
+    - 1.6 s: worker 2's recovery starts (F + 300 ms), active at 1.7 s after its startup.
+    - 1.7 s (cooldown from 1.5 s just over): low, e = 3: target 1, workers 3 and 2 drain.
+
+    No cache: each migrated request recomputes all its lost tokens (R118). The worker time
+    is the sum of the workers' ``worker_us`` (R122); worker 2's is 100 + 150 ms (first start)
+    + 100 ms (restart) + 52.15 ms draining, its 300 ms failed apart."""
+    output = tmp_path / "fleet-report.json"
+    stdout = _replay_example(FLEET_CHANGES, "scenario.json", output)
+    lines = stdout.splitlines()
+    assert "requests     78: 78 completed, 0 rejected, 0 cut off, 0 failed" in lines
+    assert "fleet        worker-hours 0.0013 (4.502850 worker-seconds)" in lines
+    assert (
+        "             4 added, 5 taken away (0 cancelled, 5 drained); 1 failure (0 ignored), "
+        "1 recovery; 2 migrations, 107 tokens lost, 107 recomputed"
+    ) in lines
+    report = json.loads(output.read_bytes())
+    lifecycles = {
+        worker["worker"]: [(change["state"], change["at_us"]) for change in worker["lifecycle"]]
+        for worker in report["workers"]
+    }
+    assert lifecycles[1] == [("active", 0), ("draining", 50_000), ("removed", 50_000)]
+    assert lifecycles[2][:5] == [
+        ("starting", 1_050_000),
+        ("active", 1_150_000),
+        ("failed", 1_300_000),
+        ("starting", 1_600_000),
+        ("active", 1_700_000),
+    ]
+    assert lifecycles[2][5] == ("draining", 1_700_000)
+    assert lifecycles[3][:3] == [
+        ("starting", 1_050_000),
+        ("active", 1_150_000),
+        ("draining", 1_700_000),
+    ]
+    for added in (4, 5):
+        assert lifecycles[added][:3] == [
+            ("starting", 1_300_000),
+            ("active", 1_400_000),
+            ("draining", 1_500_000),
+        ]
+    assert all(changes[-1][0] == "removed" for worker, changes in lifecycles.items() if worker)
+    failed = report["workers"][2]
+    assert (failed["failures"], failed["migrated_out"], failed["lost_tokens"]) == (1, 2, 107)
+    assert (failed["starting_us"], failed["active_us"], failed["draining_us"]) == (
+        200_000,
+        150_000,
+        52_150,
+    )
+    assert (failed["worker_us"], failed["failed_us"]) == (402_150, 300_000)
+    migrated = {request["id"]: request for request in report["requests"] if request["migrations"]}
+    assert sorted(migrated) == ["r39", "r42"]
+    for name, tokens, lost, worker in (("r39", 13, 45, 3), ("r42", 1, 62, 0)):
+        request = migrated[name]
+        assert request["migrations"] == [
+            {
+                "at_us": 1_300_000,
+                "lost_tokens": lost,
+                "output_tokens": tokens,
+                "pool": "default",
+                "rank": 0,
+                "worker": 2,
+            }
+        ]
+        assert (request["worker"], request["outcome"]) == (worker, "completed")
+        assert request["lost_tokens"] == request["recomputed_tokens"] == lost
+    summary = report["summary"]
+    assert summary["fleet"] == {
+        "cancelled": 0,
+        "drained": 5,
+        "failures": 1,
+        "ignored_failures": 0,
+        "recoveries": 1,
+        "scale_downs": 5,
+        "scale_ups": 4,
+    }
+    assert summary["worker_us"] == sum(worker["worker_us"] for worker in report["workers"])
+    assert (report["pools"][0]["workers_created"], report["pools"][0]["peak_workers"]) == (6, 4)

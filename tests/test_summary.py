@@ -553,3 +553,132 @@ def test_one_pool_of_one_rank_workers_shows_no_pool_lines(hand_report: Path) -> 
     figures = read_figures(hand_report)
     assert [pool.name for pool in figures.pools] == ["default"]
     assert not figures.shows_pools()
+
+
+# --- report 9.0: a fleet that changes (R117 to R123) -------------------------------------------
+
+
+def _failure_report(tmp_path: Path, policy: str) -> Path:
+    """Two workers, round robin, the module docstring's a, b, c; worker 0 fails at 2000 us and
+    recovers at 2100 us (startup 0, R119), with ``policy`` (migrate: at most one migration)."""
+    failures: dict[str, Any] = {
+        "events": [{"pool": "default", "pool_worker": 0, "at_us": 2000, "recover_after_us": 100}],
+        "policy": policy,
+    }
+    if policy == "migrate":
+        failures["max_migrations"] = 1
+    scenario = {**scenario_doc(workers=2), "schema_version": "1.7", "failures": failures}
+    tmp_path.mkdir(exist_ok=True)
+    workload = workload_doc(("a", 0, 10, 4), ("b", 0, 20, 1), ("c", 2000, 3, 2))
+    paths = write_inputs(tmp_path, scenario, workload, timing_doc())
+    output = tmp_path / "report.json"
+    output.write_bytes(replay(paths["scenario"], paths["workload"], paths["timing_profile"]))
+    return output
+
+
+def test_a_failure_s_migration_and_worker_time_are_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """By hand (duration ``1000 + 10*P + 100*D``): a -> worker 0, b -> worker 1 (R13). Worker
+    0: a's prefill [0, 1100] (token 1), its decode [1100, 2200] cut at 2000 (R117): a's lost
+    tokens are its 10 prompt + 1 decode position = 11. a migrates (R118) and c arrives, both
+    at 2000, both to worker 1 (the only candidate, R114); worker 0 is active again at 2100
+    (no startup). Worker 1: b [0, 1200]; a recomputes L = 11 with c's prompt 3, [2000, 3140]
+    (a's token 2, c's token 1); [3140, 4340] (c completes); [4340, 5440] (a completes). So 11
+    positions recomputed, makespan 5440; worker time 5440 - 100 (failed) + 5440 = 10,780 us;
+    utilisation (R122) worker 0 (1100 + 900) / 5340 = 37.45%, worker 1 4640 / 5440 = 85.29%,
+    mean 6640 / 10780 = 61.60%."""
+    report = _failure_report(tmp_path, "migrate")
+    figures = read_figures(report)
+    assert figures.makespan_us == 5440
+    assert figures.fleet is not None
+    assert (figures.fleet.worker_us, figures.fleet.worker_hours) == (
+        10_780,
+        Fraction(10_780, 3_600_000_000),
+    )
+    spread = figures.workers
+    assert (spread.utilization_min, spread.utilization_max) == (
+        Fraction(2000, 5340),
+        Fraction(4640, 5440),
+    )
+    assert spread.utilization_mean == Fraction(6640, 10_780)
+    assert main(["summary", str(report)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "requests     3: 3 completed, 0 rejected, 0 cut off, 0 failed" in table
+    assert not any(line.startswith("failed") for line in table)
+    assert (
+        "workers      2: utilisation min 37.45% (worker 0), mean 61.60%, max 85.29% (worker 1)"
+        in table
+    )
+    assert "fleet        worker-hours 0.0000 (0.010780 worker-seconds)" in table
+    assert (
+        "             0 added, 0 taken away (0 cancelled, 0 drained); 1 failure (0 ignored), "
+        "1 recovery; 1 migration, 11 tokens lost, 11 recomputed"
+    ) in table
+    assert main(["summary", "--json", str(report)]) == 0
+    numbers = json.loads(capsys.readouterr().out)["figures"]
+    assert numbers["failed"] == 0
+    assert numbers["fleet.worker_us"] == 10_780
+    assert numbers["fleet.worker_hours"] == 10_780 / 3_600_000_000
+    assert (numbers["fleet.failures"], numbers["fleet.recoveries"]) == (1, 1)
+    assert (numbers["fleet.migrations"], numbers["fleet.lost_tokens"]) == (1, 11)
+    assert numbers["fleet.recomputed_tokens"] == 11
+
+
+def test_failed_requests_are_counted_by_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With policy ``fail`` a fails at 2000 (R118, ``worker_failure``); c alone on worker 1:
+    [2000, 3030] and [3030, 4130]. Worker time 4130 - 100 + 4130 = 8,160 us."""
+    report = _failure_report(tmp_path, "fail")
+    assert read_figures(report).failed == 1
+    assert main(["summary", str(report)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "requests     3: 2 completed, 0 rejected, 0 cut off, 1 failed" in table
+    assert "failed       migration_limit 0, no_routable_worker 0, worker_failure 1" in table
+    assert "fleet        worker-hours 0.0000 (0.008160 worker-seconds)" in table
+    assert (
+        "             0 added, 0 taken away (0 cancelled, 0 drained); 1 failure (0 ignored), "
+        "1 recovery; 0 migrations, 11 tokens lost, 0 recomputed"
+    ) in table
+    assert main(["summary", "--json", str(report)]) == 0
+    numbers = json.loads(capsys.readouterr().out)["figures"]
+    assert (numbers["failed"], numbers["failed_by_reason.worker_failure"]) == (1, 1)
+
+
+def test_a_fleet_that_never_changed_shows_only_its_worker_time(
+    hand_report: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A report 9.0 of a fixed fleet: 0 failed, the worker time (one worker for the makespan
+    of 4730 us), no line of changes; its 4.0 original shows none of it but has the same
+    figures (R124's migration)."""
+    assert main(["summary", str(hand_report)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "requests     3: 3 completed, 0 rejected, 0 cut off, 0 failed" in table
+    index = table.index("fleet        worker-hours 0.0000 (0.004730 worker-seconds)")
+    assert table[index + 1 :] == []  # the last line: no cache, no pools, no changes
+    older = hand_report.parent / "report-4.0.json"
+    older.write_text(json.dumps(as_report_4_0(json.loads(hand_report.read_bytes()))))
+    assert main(["summary", str(older)]) == 0
+    table = capsys.readouterr().out
+    assert "requests     3: 3 completed, 0 rejected, 0 cut off\n" in table
+    assert "\nfleet " not in table
+    assert "\nfailed " not in table
+    figures = read_figures(older)
+    assert figures.fleet is not None
+    assert (figures.fleet.worker_us, figures.failed, figures.fleet.changed()) == (4730, 0, False)
+
+
+def test_compare_pairs_the_fleet_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``servesim compare`` lists the flat figures, the fleet's among them: the two failure
+    cases above differ by one failed request and one migration."""
+    failing = _failure_report(tmp_path / "fail", "fail")
+    migrating = _failure_report(tmp_path / "migrate", "migrate")
+    main(["compare", str(failing), str(migrating)])
+    rows = {line[:42].rstrip(): line[42:].split() for line in capsys.readouterr().out.splitlines()}
+    assert rows["failed"][:3] == ["1", "0", "-1"]
+    assert rows["migrations"][:3] == ["0", "1", "1"]
+    assert rows["worker time (s)"][:3] == ["0.008160", "0.010780", "0.002620"]
+    assert rows["worker-hours (h)"][:2] == ["0.0000", "0.0000"]

@@ -142,7 +142,9 @@ def _digest(figures: ReportFigures, name: str) -> str:
 
 
 def _unit_note(unit: str) -> str:
-    return {"ms": " (ms)", "s": " (s)", "per_s": " (/s)", "percent": " (%)"}.get(unit, "")
+    return {"ms": " (ms)", "s": " (s)", "per_s": " (/s)", "percent": " (%)", "h": " (h)"}.get(
+        unit, ""
+    )
 
 
 def as_json(

@@ -8,7 +8,12 @@ Where the figures come from:
   (``completed * 10**6 / makespan_us``, and goodput's likewise), each worker's utilisation
   (``busy_us / makespan_us``), and per-request TPOT (``figures_tpot``);
 - absent from older reports, and read as R64's migration to 5.0 gives them: ``cut_off`` is 0
-  before 5.0, there is no goodput without ``slo`` (R63), and no request has a session.
+  before 5.0, there is no goodput without ``slo`` (R63), and no request has a session; and as
+  R124's migration to 9.0 gives them: nothing failed or migrated, the fleet never changed, each
+  worker's ``worker_us`` is the makespan and a pool's its ``workers`` times the makespan.
+
+Utilisation is R122's: ``busy_us`` over ``worker_us`` (a worker's, a pool's, or the summed
+workers' for the mean), which is ``busy_us`` over the makespan for a fleet that never changes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from servesim.contract.nearest_rank import PERCENTILES
 from servesim.contract.schema_check import schema_problems
 from servesim.engine.admission import REJECT_REASONS
 from servesim_cli.figures_model import (
+    FleetFigures,
     GoodputFigures,
     Inputs,
     KvCacheFigures,
@@ -70,7 +76,8 @@ def figures_of(value: Any, file: str) -> ReportFigures:
             # A report before 3.0 has no exceeds_kv_cache: it comes from a scenario without a
             # cache, where the count is 0 (R53), so reports of every version show the same rows.
             (reason, summary["rejected_by_reason"].get(reason, 0))
-            for reason in REJECT_REASONS
+            # R114's no_routable_worker (report 9.0) likewise: 0 in every older report.
+            for reason in (*REJECT_REASONS, "no_routable_worker")
         ),
         prompt_tokens=summary["prompt_tokens"],
         output_tokens=summary["output_tokens"],
@@ -85,6 +92,7 @@ def figures_of(value: Any, file: str) -> ReportFigures:
         tpot_us=tpot_statistics(value["requests"], file),
         e2e_us=_as_written(summary["e2e_us"]),
         workers=_worker_spread(value["workers"], makespan),
+        fleet=_fleet_figures(summary, value),
         kv_cache=_kv_cache_figures(summary, value["workers"]),
         cut_off=summary.get("cut_off", 0),
         sessions=len({r.get("session") for r in value["requests"]} - {None}),
@@ -109,7 +117,10 @@ def _pool_figures(pool: Mapping[str, Any], makespan_us: int) -> PoolFigures:
         completed=pool["completed"],
         output_tokens=pool["output_tokens"],
         busy_us=pool["busy_us"],
-        utilization=_quotient(pool["busy_us"], pool["workers"] * makespan_us),
+        utilization=_quotient(
+            pool["busy_us"],
+            pool.get("worker_us", pool["workers"] * makespan_us),  # R122, R124
+        ),
         request_throughput_per_s=_quotient(pool["completed"] * 1_000_000, makespan_us),
         output_token_throughput_per_s=_quotient(pool["output_tokens"] * 1_000_000, makespan_us),
         kv_cache=None
@@ -118,6 +129,42 @@ def _pool_figures(pool: Mapping[str, Any], makespan_us: int) -> PoolFigures:
         style=pool.get("style", "vllm"),  # R95, report 7.0
         role=pool.get("role"),  # R107, report 8.0
         retractions=0 if cache is None else cache.get("retractions", 0),
+    )
+
+
+#: R123's ``fail_reason`` values, in the report's (sorted) order of ``failed_by_reason``.
+FAIL_REASONS = ("migration_limit", "no_routable_worker", "worker_failure")
+
+#: R123's ``summary.fleet`` members, in the order ``FleetFigures`` has them.
+_FLEET_COUNTS = (
+    "scale_ups",
+    "scale_downs",
+    "cancelled",
+    "drained",
+    "failures",
+    "ignored_failures",
+    "recoveries",
+)
+
+
+def _fleet_figures(summary: Mapping[str, Any], value: Mapping[str, Any]) -> FleetFigures:
+    """R122, R123's figures; before report 9.0 those R124's migration gives."""
+    if "worker_us" in summary:
+        worker_us = summary["worker_us"]
+        fleet = summary["fleet"]
+        by_reason = summary["failed_by_reason"]
+    else:  # R124: every pool's initial workers for the whole makespan, nothing changed
+        worker_us = summary["makespan_us"] * len(value["workers"])
+        fleet = dict.fromkeys(_FLEET_COUNTS, 0)
+        by_reason = {}
+    return FleetFigures(
+        failed_by_reason=tuple((reason, by_reason.get(reason, 0)) for reason in FAIL_REASONS),
+        migrations=summary.get("migrations", 0),
+        lost_tokens=summary.get("lost_tokens", 0),
+        recomputed_tokens=summary.get("recomputed_tokens", 0),
+        worker_us=worker_us,
+        worker_hours=Fraction(worker_us, 3_600_000_000),
+        **{name: fleet[name] for name in _FLEET_COUNTS},
     )
 
 
@@ -192,15 +239,20 @@ def _check(value: dict[str, Any], version: str, file: str) -> None:
 
 
 def _worker_spread(workers: Sequence[Mapping[str, Any]], makespan_us: int) -> WorkerSpread:
+    """R29's spread; a worker's utilisation is R122's ``busy_us / worker_us`` (``worker_us``
+    the makespan before report 9.0, R124), a worker with no worker time has none."""
+    worker_us = [worker.get("worker_us", makespan_us) for worker in workers]
     busy = [worker["busy_us"] for worker in workers]
-    least = min(range(len(busy)), key=busy.__getitem__)
-    most = max(range(len(busy)), key=lambda index: (busy[index], -index))
+    shares = [_quotient(b, w) for b, w in zip(busy, worker_us, strict=True)]
+    measured = [index for index, share in enumerate(shares) if share is not None] or [0]
+    least = min(measured, key=lambda index: shares[index] or 0)
+    most = max(measured, key=lambda index: (shares[index] or 0, -index))
     routed = [worker["routed"] for worker in workers]
     return WorkerSpread(
         workers=len(workers),
-        utilization_min=_quotient(busy[least], makespan_us),
-        utilization_mean=_quotient(sum(busy), makespan_us * len(workers)),
-        utilization_max=_quotient(busy[most], makespan_us),
+        utilization_min=shares[least],
+        utilization_mean=_quotient(sum(busy), sum(worker_us)),
+        utilization_max=shares[most],
         least_busy_worker=workers[least]["worker"],
         most_busy_worker=workers[most]["worker"],
         routed_min=min(routed),

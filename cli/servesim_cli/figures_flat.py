@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from servesim_cli.figures_model import (
+    FleetFigures,
     GoodputFigures,
     KvCacheFigures,
     ReportFigures,
@@ -26,7 +27,7 @@ class Figure:
     #: What a table calls it, e.g. ``TTFT p99``.
     label: str
     #: How to show it: ``count``; ``ms`` and ``s`` (the value is in microseconds);
-    #: ``per_s``; ``percent`` (the value is a ratio).
+    #: ``per_s``; ``percent`` (the value is a ratio); ``h`` (hours).
     unit: str
     value: Value
 
@@ -42,6 +43,7 @@ def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
             for reason, n in figures.rejected_by_reason
         ),
         Figure("cut_off", "cut off", "count", Fraction(figures.cut_off)),
+        *_failed_flat(figures.fleet),
         Figure("sessions", "sessions", "count", Fraction(figures.sessions)),
         Figure("prompt_tokens", "prompt tokens", "count", Fraction(figures.prompt_tokens)),
         Figure("output_tokens", "output tokens", "count", Fraction(figures.output_tokens)),
@@ -82,6 +84,47 @@ def flat_figures(figures: ReportFigures) -> tuple[Figure, ...]:
         *latencies,
         *workers,
         *_kv_cache_flat(figures.kv_cache),
+        *_fleet_flat(figures.fleet),
+    )
+
+
+def _failed_flat(fleet: FleetFigures | None) -> tuple[Figure, ...]:
+    """R123's failed requests, in all and by reason (0 before report 9.0, R124)."""
+    if fleet is None:
+        return ()
+    return (
+        Figure("failed", "failed", "count", Fraction(fleet.failed)),
+        *(
+            Figure(f"failed_by_reason.{reason}", f"failed: {reason}", "count", Fraction(n))
+            for reason, n in fleet.failed_by_reason
+        ),
+    )
+
+
+def _fleet_flat(fleet: FleetFigures | None) -> tuple[Figure, ...]:
+    """R122's worker time and R123's fleet changes (R124's values before report 9.0: the
+    initial workers for the whole makespan, every change 0)."""
+    if fleet is None:
+        return ()
+    counts = (
+        ("scale_ups", "workers added"),
+        ("scale_downs", "workers taken away"),
+        ("cancelled", "workers cancelled"),
+        ("drained", "workers drained"),
+        ("failures", "worker failures"),
+        ("ignored_failures", "ignored failures"),
+        ("recoveries", "recoveries"),
+        ("migrations", "migrations"),
+        ("lost_tokens", "lost tokens"),
+        ("recomputed_tokens", "recomputed tokens"),
+    )
+    return (
+        Figure("fleet.worker_us", "worker time", "s", Fraction(fleet.worker_us)),
+        Figure("fleet.worker_hours", "worker-hours", "h", fleet.worker_hours),
+        *(
+            Figure(f"fleet.{name}", label, "count", Fraction(getattr(fleet, name)))
+            for name, label in counts
+        ),
     )
 
 

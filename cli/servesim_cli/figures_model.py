@@ -102,6 +102,50 @@ class GoodputFigures:
 
 
 @dataclass(frozen=True)
+class FleetFigures:
+    """What a report 9.0 says of a fleet that changes (R122, R123). A report before 9.0 comes
+    from a fleet that never changes and reads as R124's migration makes it: nothing failed,
+    migrated or changed, and each initial worker counted for the whole makespan."""
+
+    #: Every R123 ``fail_reason`` with its count, in the report's order.
+    failed_by_reason: tuple[tuple[str, int], ...]
+    migrations: int
+    lost_tokens: int
+    recomputed_tokens: int
+    #: R122: the summary's worker time, and worker-hours exact (R122 writes them rounded).
+    worker_us: int
+    worker_hours: Fraction
+    #: R123's ``summary.fleet``: workers added and taken away by decisions, cancelled while
+    #: starting, removed after draining, failures processed and ignored, recoveries started.
+    scale_ups: int = 0
+    scale_downs: int = 0
+    cancelled: int = 0
+    drained: int = 0
+    failures: int = 0
+    ignored_failures: int = 0
+    recoveries: int = 0
+
+    @property
+    def failed(self) -> int:
+        """The failed requests (R123: ``completed + rejected + cut_off + failed = requests``)."""
+        return sum(count for _, count in self.failed_by_reason)
+
+    def changed(self) -> bool:
+        """Whether the fleet changed at all: a decision, a failure (also an ignored one), a
+        recovery or a migration."""
+        return any(
+            (
+                self.scale_ups,
+                self.scale_downs,
+                self.failures,
+                self.ignored_failures,
+                self.recoveries,
+                self.migrations,
+            )
+        )
+
+
+@dataclass(frozen=True)
 class Inputs:
     """What the report was made from (R25)."""
 
@@ -166,6 +210,18 @@ class ReportFigures:
     goodput: GoodputFigures | None = None
     #: R85's pools, in pool order; empty before report 6.0.
     pools: tuple[PoolFigures, ...] = ()
+    #: R122, R123; ``None`` only where a caller builds figures by hand.
+    fleet: FleetFigures | None = None
+
+    @property
+    def failed(self) -> int:
+        """The failed requests (R118); 0 before report 9.0."""
+        return 0 if self.fleet is None else self.fleet.failed
+
+    def shows_fleet(self) -> bool:
+        """Whether the report has R123's members (9.0 and later), so that its summary shows
+        the failed requests and the worker time; an older report shows what it showed."""
+        return int(self.schema_version.split(".")[0]) >= 9
 
     def shows_pools(self) -> bool:
         """Whether the fleet is more than R77's one pool of one-rank workers, so that a reader

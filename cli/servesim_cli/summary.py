@@ -2,7 +2,8 @@
 
 The figures are those of ``servesim_cli.figures``. Display rounding, always to nearest with ties
 to even, from the exact value: latencies in milliseconds to the microsecond (3 decimals), the
-makespan in seconds to the microsecond, throughputs and utilisation percentages to 2 decimals.
+makespan and the worker time in seconds to the microsecond, throughputs and utilisation
+percentages to 2 decimals, worker-hours to 4 (0.36 s).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _SHOWN = {
     "s": (6, Fraction(1, 1_000_000), " s"),
     "per_s": (2, Fraction(1), "/s"),
     "percent": (2, Fraction(100), "%"),
+    "h": (4, Fraction(1), " h"),
 }
 
 
@@ -76,10 +78,14 @@ def render(figures: ReportFigures) -> str:
         *_input_lines(figures),
         "",
         f"requests     {figures.requests:,}: {figures.completed:,} completed, "
-        f"{figures.rejected:,} rejected, {figures.cut_off:,} cut off",
+        f"{figures.rejected:,} rejected, {figures.cut_off:,} cut off"
+        + (f", {figures.failed:,} failed" if figures.shows_fleet() else ""),
     ]
     if figures.rejected:
         lines.append(f"rejected     {rejected}")
+    if figures.failed and figures.fleet is not None:  # R118, R123
+        failed = ", ".join(f"{reason} {n:,}" for reason, n in figures.fleet.failed_by_reason)
+        lines.append(f"failed       {failed}")
     if figures.sessions:
         lines.append(f"sessions     {figures.sessions:,}")
     lines += [
@@ -95,6 +101,7 @@ def render(figures: ReportFigures) -> str:
         *_latency_table(figures),
         "",
         *_worker_lines(figures, show),
+        *_fleet_lines(figures),
         *_kv_cache_lines(figures, show),
         *_pool_lines(figures),
     ]
@@ -147,6 +154,32 @@ def _worker_lines(figures: ReportFigures, show: Any) -> list[str]:
         f"             routed {spread.routed_min:,} to {spread.routed_max:,} requests each; "
         f"peak running {spread.peak_running:,}, peak waiting {spread.peak_waiting:,}",
     ]
+
+
+def _counted(count: int, one: str, many: str) -> str:
+    return f"{count:,} {one if count == 1 else many}"
+
+
+def _fleet_lines(figures: ReportFigures) -> list[str]:
+    """R122's worker time of a report 9.0, and R123's changes when the fleet changed."""
+    fleet = figures.fleet
+    if fleet is None or not figures.shows_fleet():
+        return []
+    lines = [
+        f"fleet        worker-hours {shown(fleet.worker_hours, 'h')} "
+        f"({shown(Fraction(fleet.worker_us), 's')} worker-seconds)"
+    ]
+    if fleet.changed():
+        lines.append(
+            f"             {fleet.scale_ups:,} added, {fleet.scale_downs:,} taken away "
+            f"({fleet.cancelled:,} cancelled, {fleet.drained:,} drained); "
+            f"{_counted(fleet.failures, 'failure', 'failures')} "
+            f"({fleet.ignored_failures:,} ignored), "
+            f"{_counted(fleet.recoveries, 'recovery', 'recoveries')}; "
+            f"{_counted(fleet.migrations, 'migration', 'migrations')}, "
+            f"{fleet.lost_tokens:,} tokens lost, {fleet.recomputed_tokens:,} recomputed"
+        )
+    return lines
 
 
 def _goodput_lines(figures: ReportFigures, show: Any, plain: Any) -> list[str]:
@@ -262,7 +295,9 @@ COMMAND = Command(
     description="Print a report's headline figures: requests, rejections by reason and "
     "requests cut off by a stop time, sessions, throughput and (with objectives) goodput, queue "
     "time, TTFT, ITL, per-request TPOT and E2E statistics (count, mean, min, "
-    "nearest-rank p50/p90/p95/p99, max), and how evenly the workers were used. TPOT is each "
+    "nearest-rank p50/p90/p95/p99, max), and how evenly the workers were used; for a report "
+    "9.0 also the failed requests by reason, the worker-hours and, when the fleet changed, "
+    "its scale-ups, scale-downs, failures, recoveries and migrations. TPOT is each "
     "completed request's (completion_us - first_token_us) / (output_tokens - 1), for requests "
     "with at least 2 output tokens, computed exactly; the other figures are the report's own "
     "(R28, R29), with throughput and utilisation recomputed exactly from its integers. "
