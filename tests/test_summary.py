@@ -145,50 +145,7 @@ def _whole(path: Path) -> Any:
     return figures_of(json.loads(path.read_bytes()), str(path))
 
 
-#: Section 18's golden reports whose workers' ``utilization`` (R122: ``busy_us / worker_us``)
-#: the summary's worker spread does not give yet: it divides by ``makespan_us``
-#: (``figures_derivation``), the same only for a worker that existed the whole run.
-SUMMARY_UTILIZATION_GAP = frozenset(
-    {
-        "fleet-autoscale-ignored-failure",
-        "fleet-disagg-prefill-failure-transferring",
-        "fleet-drain-long-request",
-        "fleet-fail-before-stop-time",
-        "fleet-fail-draining-worker-stays-failed",
-        "fleet-fail-mid-chunked-prefill-migrates",
-        "fleet-fail-mid-decode-migrates-keeps-tokens",
-        "fleet-fail-mid-whole-prefill-migrates",
-        "fleet-fail-same-instant-completion-and-arrival",
-        "fleet-fail-session-turn-closed-loop",
-        "fleet-least-loaded-candidates-only",
-        "fleet-migrate-session-turn-released-at-completion",
-        "fleet-migration-limit",
-        "fleet-migration-no-routable-worker",
-        "fleet-recomputed-tokens-prefix-cache",
-        "fleet-recovery-empty-cache",
-        "fleet-target-zero-no-routable-worker",
-        "fleet-worker-ready-takes-arrival-of-its-instant",
-    }
-)
-
-
-@pytest.mark.parametrize(
-    "report",
-    [
-        pytest.param(
-            path,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="servesim summary's worker utilization is busy / makespan, R122's is "
-                "busy / worker_us (a fleet that changes); the CLI is not yet fixed",
-            ),
-        )
-        if path.parent.name in SUMMARY_UTILIZATION_GAP
-        else path
-        for path in GOLDEN_REPORTS
-    ],
-    ids=lambda path: path.parent.name,
-)
+@pytest.mark.parametrize("report", GOLDEN_REPORTS, ids=lambda path: path.parent.name)
 def test_reading_without_token_times_gives_the_figures_of_the_whole_report(report: Path) -> None:
     figures = read_figures(report)
     assert figures == _whole(report)
