@@ -493,15 +493,6 @@ aggregated_fleet_triples = fleet_input_triples(
     )
 )
 
-#: The reference (branch fleet-ref at 4ce15a2) reports handoff null for a request that fails at
-#: its prefill end for want of a routable decode worker, where R107 asks for a handoff with its
-#: prefill_end_us (the plain loop writes one), and ``check_outcomes`` flags it; the lead
-#: removes this skip when that is settled.
-DISAGGREGATED_FLEETS_PENDING = pytest.mark.skip(
-    reason="the reference reports handoff null for a request failed at its prefill end for "
-    "want of a routable decode worker (R107, R114); see tests/test_fleet_invariants.py"
-)
-
 
 def _check_fleet_run(
     runner: PropertyRunner, description: Description, documents: Documents
@@ -528,7 +519,6 @@ def test_fleet_changes_single_run_invariants(
     _check_fleet_run(runner, description, documents)
 
 
-@DISAGGREGATED_FLEETS_PENDING
 @tier
 @given(documents=fleet_input_triples(disaggregated_input_triples()))
 def test_fleet_changes_disaggregated_single_run_invariants(
@@ -553,7 +543,6 @@ def test_fleet_changes_differential_against_reference(
     _compare_with_reference(runner, documents, pytestconfig, folder="diverged-fleet-changes")
 
 
-@DISAGGREGATED_FLEETS_PENDING
 @tier
 @given(documents=fleet_input_triples(disaggregated_input_triples()))
 def test_fleet_changes_disaggregated_differential_against_reference(
