@@ -488,3 +488,67 @@ def test_runs_in_a_changing_fleet_equal_step_by_step_formation(
     instants of its failures, schedule entries and ticks, give the report of forming every step
     one at a time (long outputs: long runs, which failures, ticks and drains meet)."""
     assert reference_outcome(documents, trace=trace) == _step_by_step(documents, trace=trace)
+
+
+def test_a_migrated_request_reserves_its_whole_new_attempt_on_a_trtllm_prefill_worker() -> None:
+    """R93, R95, R100, R121: A (prompt 1, 3 tokens, B = 1) is prefilled 0 -> 1 on the trtllm
+    prefill worker (f = ceil((1 + 1) / 1) = 2: held 1 + (2 - 1) = 2), decoded on decode
+    worker 1 (tokens at 102 and 202), which fails at 250 inside the step 202 -> 302: A migrates
+    with k = 2 tokens and arrives on the prefill side at 250 as a request of L = 1 + 2 = 3
+    positions and one output token (R100 with R121's substitution), so f = ceil((3 + 1) / 1) =
+    4. Its prefill 250 -> 251 takes its 3 blocks (its first attempt's block was released at its
+    activation, R104): held 3 + (4 - 3) = 4, the prefill worker's and pool's
+    ``peak_reserved_blocks``. (The reference read f with the original prompt, 2, and wrote 2,
+    a running request holding more than its f; the plain loop wrote 4.)"""
+    limits = {
+        "max_num_seqs": 4,
+        "max_batched_tokens": 16,
+        "max_model_len": 40,
+        "prefill": {"mode": "whole"},
+    }
+    scenario = {
+        "document": "scenario",
+        "schema_version": "1.7",
+        "fleet": {
+            "pools": [
+                {
+                    "name": "p",
+                    "workers": 1,
+                    "role": "prefill",
+                    "scheduler": {**limits, "style": "trtllm"},
+                },
+                {"name": "d", "workers": 2, "role": "decode"},
+            ]
+        },
+        "routing": {"policy": "round_robin"},
+        "scheduler": limits,
+        "kv_cache": {"blocks": 8, "block_tokens": 1, "prefix_caching": False},
+        "kv_transfer": {
+            "bytes_per_token": 1,
+            "bandwidth_bytes_per_s": 1_000_000,
+            "base_latency_us": 0,
+        },
+        "failures": migrate({"pool": "d", "pool_worker": 0, "at_us": 250}),
+    }
+    timing = {
+        "document": "timing_profile",
+        "schema_version": "1.0",
+        "model": {
+            "kind": "synthetic_linear",
+            "step_overhead_ns": 1000,
+            "prefill_token_ns": 0,
+            "decode_token_ns": 99_000,
+        },
+    }
+    value = assert_agree((scenario, one_request(1, 3), timing), generated=False)
+    assert value is not None
+    a = value["requests"][0]
+    assert a["token_times_us"][:2] == [102, 202]
+    assert [(m["at_us"], m["output_tokens"]) for m in a["migrations"]] == [(250, 2)]
+    prefill_steps = [s for s in value["trace"] if s["worker"] == 0]
+    assert [(s["start_us"], s["prefill"]) for s in prefill_steps] == [
+        (0, [{"id": "A", "tokens": 1}]),
+        (250, [{"id": "A", "tokens": 3}]),
+    ]
+    assert value["workers"][0]["kv_cache"]["peak_reserved_blocks"] == 4
+    assert value["pools"][0]["kv_cache"]["peak_reserved_blocks"] == 4
