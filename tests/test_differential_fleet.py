@@ -8,9 +8,8 @@ plain, cached, session, pool, styled and disaggregated triples whose pools are g
 reactive policies and startup times, with failures (with and without recovery, of initial and
 added workers) under both policies; and bases chosen so that failures fall inside decode runs
 (long outputs), chunked prefills (small chunks) and transfers (slow links). Exit codes are
-compared too. Every report the two agree on is also held to ``fleet_invariants``. Where the
-two read the section differently on a question the lead has not settled (``KNOWN_READINGS``), a
-difference confined to the members in question is recorded as a hypothesis event, not failed.
+compared too. Every report the two agree on is also held to ``fleet_invariants``. No difference
+is tolerated: both follow the same SPEC text (R118's recomputed tokens, R121's re-handing).
 
 ``SERVESIM_FLEET_EXAMPLES`` sets the examples of each test (default 25, for CI time);
 ``SERVESIM_FLEET_EXAMPLES=1000`` runs a large batch.
@@ -23,7 +22,6 @@ import copy
 import io
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -119,83 +117,20 @@ def note_what_happened(report: bytes | None) -> None:
             event(f"fleet: {member}")
 
 
-#: Where the two implementations read section 18 differently and the lead has not settled it
-#: yet: a difference confined to these members is recorded (a hypothesis event naming the
-#: question) and not failed; any other difference fails. Remove an entry when its question is
-#: settled (and both implementations follow the answer).
-#:
-#: - RQ2 (docs/design/issue-27-reference-questions.md; R118): whether a new attempt's allotment
-#:   in a step later cut by a failure "computes" its positions for ``recomputed_tokens`` (the
-#:   reference: no, only a step that ends; the plain loop: yes, when the step is formed).
-#:   SPEC.md R118 (db339b8) settled it the reference's way; kept until the plain loop follows.
-#: - R121 (the lead's RQ9 decision): a re-handing that finds no routable decode scheduler
-#:   leaves the handoff "as it was" (the reference: its reservation and transfer stages kept;
-#:   the plain loop: d kept, the later stages null), and so the reservation waits.
-KNOWN_READINGS = {
-    "RQ2: recomputed_tokens of a cut allotment": re.compile(
-        r"^/(requests/\d+|summary)/recomputed_tokens$"
-    ),
-    "R121: a re-handing without a routable decode scheduler": re.compile(
-        r"^/requests/\d+/handoff/(reserved_us|transfer_start_us|transfer_us|transferred_tokens"
-        r"|decode_reused_tokens)$|^/summary/transfers/reservation_wait_us/\w+$"
-    ),
-}
-
-
-def differences(first: Any, second: Any, where: str = "") -> list[str]:
-    """The JSON pointers at which two report values differ (a whole member when one side is
-    null or the types differ)."""
-    if isinstance(first, dict) and isinstance(second, dict):
-        found: list[str] = []
-        for key in sorted(set(first) | set(second)):
-            found += differences(first.get(key), second.get(key), f"{where}/{key}")
-        return found
-    if isinstance(first, list) and isinstance(second, list) and len(first) == len(second):
-        found = []
-        for index, (one, other) in enumerate(zip(first, second, strict=True)):
-            found += differences(one, other, f"{where}/{index}")
-        return found
-    return [] if first == second else [where]
-
-
-def known_reading(reference: bytes | None, plain: bytes | None) -> str | None:
-    """The ``KNOWN_READINGS`` questions that explain every difference of two reports, or None
-    when one difference is not explained (or there is no report to compare)."""
-    if reference is None or plain is None:
-        return None
-    pointers = differences(json.loads(reference), json.loads(plain))
-    names = set()
-    for pointer in pointers:
-        name = next((n for n, pattern in KNOWN_READINGS.items() if pattern.match(pointer)), None)
-        if name is None:
-            return None
-        names.add(name)
-    return "; ".join(sorted(names)) if names else None
-
-
 def assert_agree(
-    documents: Documents, *, trace: bool = True, generated: bool = True, tolerate: bool = True
+    documents: Documents, *, trace: bool = True, generated: bool = True
 ) -> dict[str, Any] | None:
-    """Both give the same exit code and bytes (or, with ``tolerate``, differ only where a
-    ``KNOWN_READINGS`` question says, which is recorded); the report (the plain loop's, equal
-    to the reference's but for those questions) keeps the fleet invariants. ``generated``:
-    within a hypothesis test (events recorded). Returns the reference's report value."""
+    """Both give the same exit code and bytes; the report keeps the fleet invariants.
+    ``generated``: within a hypothesis test (events recorded). Returns the report's value."""
     reference = reference_outcome(documents, trace=trace)
     plain = plain_outcome(documents, trace=trace)
     if generated:
         note_what_happened(reference[1])
-    if reference != plain:
-        reading = known_reading(reference[1], plain[1]) if reference[0] == plain[0] else None
-        if not (tolerate and reading is not None):
-            assert reference == plain
-        if generated:
-            event(f"differs where a question is open: {reading}")
-    if reference[1] is None or plain[1] is None:
+    assert reference == plain
+    if reference[1] is None:
         return None
-    # the invariants read R107 as the plain loop does (a handoff for every prefill that ended),
-    # so where the two differ on an open question they are checked on the plain loop's report
     value: dict[str, Any] = json.loads(reference[1])
-    fleet_invariants.check_fleet_report(documents[0], json.loads(plain[1]))
+    fleet_invariants.check_fleet_report(documents[0], value)
     return value
 
 
@@ -416,7 +351,7 @@ def test_a_prefill_failure_during_a_transfer_leaves_no_routable_worker() -> None
     worker, so it fails (R114, R118)."""
     failures = migrate({"pool": "p", "pool_worker": 0, "at_us": 1000})
     documents = (disaggregated(failures), one_request(100, 3), STEP)
-    value = assert_agree(documents, generated=False, tolerate=False)  # agreed since 4ce15a2
+    value = assert_agree(documents, generated=False)
     assert value is not None
     a = value["requests"][0]
     assert (a["outcome"], a["fail_reason"], a["terminal_us"]) == (
@@ -522,7 +457,7 @@ ITL_CASE: Documents = (
 def test_a_request_migrated_off_a_decode_worker_keeps_its_token_gaps() -> None:
     """R28, R118, R121: a completed request's ITL samples are all its gaps, the one across its
     migration included; both implementations give the same report."""
-    assert_agree(ITL_CASE, generated=False, tolerate=False)
+    assert_agree(ITL_CASE, generated=False)
 
 
 def _step_by_step(documents: Documents, *, trace: bool) -> tuple[int, bytes | None]:
@@ -553,3 +488,67 @@ def test_runs_in_a_changing_fleet_equal_step_by_step_formation(
     instants of its failures, schedule entries and ticks, give the report of forming every step
     one at a time (long outputs: long runs, which failures, ticks and drains meet)."""
     assert reference_outcome(documents, trace=trace) == _step_by_step(documents, trace=trace)
+
+
+def test_a_migrated_request_reserves_its_whole_new_attempt_on_a_trtllm_prefill_worker() -> None:
+    """R93, R95, R100, R121: A (prompt 1, 3 tokens, B = 1) is prefilled 0 -> 1 on the trtllm
+    prefill worker (f = ceil((1 + 1) / 1) = 2: held 1 + (2 - 1) = 2), decoded on decode
+    worker 1 (tokens at 102 and 202), which fails at 250 inside the step 202 -> 302: A migrates
+    with k = 2 tokens and arrives on the prefill side at 250 as a request of L = 1 + 2 = 3
+    positions and one output token (R100 with R121's substitution), so f = ceil((3 + 1) / 1) =
+    4. Its prefill 250 -> 251 takes its 3 blocks (its first attempt's block was released at its
+    activation, R104): held 3 + (4 - 3) = 4, the prefill worker's and pool's
+    ``peak_reserved_blocks``. (The reference read f with the original prompt, 2, and wrote 2,
+    a running request holding more than its f; the plain loop wrote 4.)"""
+    limits = {
+        "max_num_seqs": 4,
+        "max_batched_tokens": 16,
+        "max_model_len": 40,
+        "prefill": {"mode": "whole"},
+    }
+    scenario = {
+        "document": "scenario",
+        "schema_version": "1.7",
+        "fleet": {
+            "pools": [
+                {
+                    "name": "p",
+                    "workers": 1,
+                    "role": "prefill",
+                    "scheduler": {**limits, "style": "trtllm"},
+                },
+                {"name": "d", "workers": 2, "role": "decode"},
+            ]
+        },
+        "routing": {"policy": "round_robin"},
+        "scheduler": limits,
+        "kv_cache": {"blocks": 8, "block_tokens": 1, "prefix_caching": False},
+        "kv_transfer": {
+            "bytes_per_token": 1,
+            "bandwidth_bytes_per_s": 1_000_000,
+            "base_latency_us": 0,
+        },
+        "failures": migrate({"pool": "d", "pool_worker": 0, "at_us": 250}),
+    }
+    timing = {
+        "document": "timing_profile",
+        "schema_version": "1.0",
+        "model": {
+            "kind": "synthetic_linear",
+            "step_overhead_ns": 1000,
+            "prefill_token_ns": 0,
+            "decode_token_ns": 99_000,
+        },
+    }
+    value = assert_agree((scenario, one_request(1, 3), timing), generated=False)
+    assert value is not None
+    a = value["requests"][0]
+    assert a["token_times_us"][:2] == [102, 202]
+    assert [(m["at_us"], m["output_tokens"]) for m in a["migrations"]] == [(250, 2)]
+    prefill_steps = [s for s in value["trace"] if s["worker"] == 0]
+    assert [(s["start_us"], s["prefill"]) for s in prefill_steps] == [
+        (0, [{"id": "A", "tokens": 1}]),
+        (250, [{"id": "A", "tokens": 3}]),
+    ]
+    assert value["workers"][0]["kv_cache"]["peak_reserved_blocks"] == 4
+    assert value["pools"][0]["kv_cache"]["peak_reserved_blocks"] == 4

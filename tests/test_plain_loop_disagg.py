@@ -50,16 +50,16 @@ def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: 
     case = GOLDEN / name
     expected = derived_values(case)
     assert expected
-    code, error, output = replay(case, tmp_path, "--report-version", "8.0")  # the corpus's
+    code, error, output = replay(case, tmp_path)
     assert code == 0, error
     assert not wrong_values(json.loads(output.read_text()), expected)
 
 
 @pytest.mark.parametrize("name", VALID)
 def test_plain_loop_writes_each_expected_report(name: str, tmp_path: Path) -> None:
-    """Byte for byte (R32: the canonical form), the report the corpus expects (8.0)."""
+    """Byte for byte (R32: the canonical form), the report the corpus expects."""
     case = GOLDEN / name
-    code, error, output = replay(case, tmp_path, "--report-version", "8.0")
+    code, error, output = replay(case, tmp_path)
     assert code == 0, error
     assert output.read_bytes() == (case / "expected-report.json").read_bytes()
 

@@ -148,7 +148,7 @@ def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: 
     whose derivation says exit 3 must exit 3 and write nothing."""
     case = GOLDEN / "valid" / name
     expected = derived_values(case)
-    code, error = replay_case(PLAIN, case, tmp_path / "r.json", "--report-version", "8.0")
+    code, error = replay_case(PLAIN, case, tmp_path / "r.json")
     if not expected:
         assert "exit 3" in (case / "DERIVATION.md").read_text()
         assert (code, (tmp_path / "r.json").exists()) == (3, False)

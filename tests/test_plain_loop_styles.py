@@ -241,6 +241,6 @@ def test_plain_loop_gives_each_derivations_expected_values(name: str, tmp_path: 
     case = GOLDEN / "valid" / name
     expected = derived_values(case)
     assert expected
-    code, error = replay_case(PLAIN, case, tmp_path / "r.json", "--report-version", "8.0")
+    code, error = replay_case(PLAIN, case, tmp_path / "r.json")
     assert code == 0, error
     assert not wrong_values(json.loads((tmp_path / "r.json").read_text()), expected)

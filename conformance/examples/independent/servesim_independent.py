@@ -2837,10 +2837,15 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                     )
                     w.migrated_out += 1
                     r.stage = "held"
+                    # R121: a re-handing that finds no routable decode scheduler leaves its
+                    # handoff as it was (to d, every stage it had reached): kept until routed
+                    kept = (r.reserved, r.t_end, r.activation, r.ttokens, r.tus, r.dreused)
                     r.reserved = r.t_end = r.activation = None
                     r.ttokens = r.tus = r.dreused = None
                     r.dhits = 0
                     hand_off(r, t)
+                    if r.failed:
+                        (r.reserved, r.t_end, r.activation, r.ttokens, r.tus, r.dreused) = kept
                 else:
                     migrate(r, t, w, rk, lost)
             else:

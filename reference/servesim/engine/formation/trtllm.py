@@ -21,8 +21,13 @@ if TYPE_CHECKING:
 
 def to_completion_blocks(memory: BlockMemory, state: RequestState) -> int:
     """R93's f: ``ceil((prompt_tokens + max_output_tokens) / B)``, with ``max_output_tokens``
-    1 on a disaggregated fleet's prefill side (R100)."""
-    return memory.cache.blocks_for(state.request.prompt_tokens + state.output_limit)
+    1 on a disaggregated fleet's prefill side (R100); for a migrated request's new attempt
+    with k client tokens, ``L = prompt_tokens + k`` in place of ``prompt_tokens`` and
+    ``max_output_tokens - k`` in place of ``max_output_tokens`` (R121), so that on the prefill
+    side f is ``ceil((L + 1) / B)`` and elsewhere it is unchanged."""
+    produced = state.token_times_us.count
+    remaining = min(state.output_limit, state.request.max_output_tokens - produced)
+    return memory.cache.blocks_for(state.request.prompt_tokens + produced + remaining)
 
 
 def reserved_blocks(worker: Worker) -> int:
