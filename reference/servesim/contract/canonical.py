@@ -6,8 +6,10 @@ import itertools
 import json
 import os
 import re
+import signal
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -149,7 +151,7 @@ def write_all_atomically(files: Sequence[tuple[str | Path, bytes | Iterable[byte
             if os.path.exists(current) and not os.path.isfile(current):  # follows links
                 direct.append((current, data))
             else:
-                staged.append(_stage(Path(os.path.realpath(current)), data))
+                _stage(Path(os.path.realpath(current)), data, staged)
         for current, data in direct:
             with open(current, "wb") as stream:
                 _write(stream, data)
@@ -164,21 +166,37 @@ def write_all_atomically(files: Sequence[tuple[str | Path, bytes | Iterable[byte
         raise
 
 
-def _stage(target: Path, data: bytes | Iterable[bytes]) -> tuple[str, Path]:
-    """``data`` written and synced to a new temporary file beside ``target``."""
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=".partial", dir=target.parent
-    )
+def _stage(target: Path, data: bytes | Iterable[bytes], staged: list[tuple[str, Path]]) -> None:
+    """``data`` written and synced to a new temporary file beside ``target``, which is added
+    to ``staged`` (whose owner removes it on failure) before anything can interrupt: a signal
+    arriving between the file's creation and its listing would leave it behind (R32)."""
+    with _signals_deferred():
+        handle, temporary = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".partial", dir=target.parent
+        )
+        staged.append((temporary, target))
+    os.fchmod(handle, _mode_for(target))
+    with os.fdopen(handle, "wb") as stream:
+        _write(stream, data)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM held back for the duration (delivered, and their handlers run, when
+    it ends), where the platform can hold them."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
     try:
-        os.fchmod(handle, _mode_for(target))
-        with os.fdopen(handle, "wb") as stream:
-            _write(stream, data)
-            stream.flush()
-            os.fsync(stream.fileno())
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return temporary, target
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _write(stream: BinaryIO, data: bytes | Iterable[bytes]) -> None:
