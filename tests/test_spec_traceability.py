@@ -1,4 +1,4 @@
-"""SPEC.md section 19: every rule names at least one test, and every test named exists."""
+"""SPEC.md section 20: every rule names at least one test, and every test named exists."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def _defined_rules() -> list[int]:
 
 
 def _traceability() -> dict[int, list[str]]:
-    table = SPEC.split("## 19. Traceability", 1)[1]
+    table = SPEC.split("## 20. Traceability", 1)[1]
     rows = re.findall(r"^\| R(\d+) \| (.+) \|$", table, flags=re.MULTILINE)
     return {int(rule): re.findall(r"`([^`]+)`", tests) for rule, tests in rows}
 
