@@ -21,9 +21,11 @@ from servesim.engine.kv.identities import (
     BlockIdentities,
     HashPrefixes,
     block_identities,
+    chain_identities,
 )
 
 if TYPE_CHECKING:
+    from servesim.contract.continuing_turns import ChainHashes
     from servesim.engine.fleet_view import FirstBlocks
     from servesim.engine.requests import RequestState
     from servesim.engine.step import Step
@@ -35,9 +37,11 @@ class BlockMemory:
     __slots__ = (
         "_offer",
         "cache",
+        "chains",
         "counters",
         "first_blocks",
         "hash_block_tokens",
+        "ordered",
         "prefixes",
         "registry_watched",
         "worker",
@@ -54,6 +58,7 @@ class BlockMemory:
         first_blocks: FirstBlocks,
         *,
         registry_watched: bool = False,
+        chains: dict[int, ChainHashes] | None = None,
     ) -> None:
         self.worker = worker
         self.first_blocks = first_blocks
@@ -68,6 +73,12 @@ class BlockMemory:
         """Whether a state-aware router reads this worker's registry (R54, prefix caching on):
         then a decode run must not evict, for the router may read it mid-run
         (``decode_runs.keeps_router_view``)."""
+        self.chains = chains or None
+        """R125 to R127: each chain's turn (by position) and what names its blocks; ``None``
+        when no request is a chain's turn (R128: R47 alone)."""
+        self.ordered = self.chains is not None
+        """Whether a step's registrations need the running list as it was formed
+        (``Step.order``): a decode step may fill an identified block (R127)."""
         self._offer: tuple[RequestState, BlockIdentities, int, int] | None = None
         """The request offered admission last (``reusable``): its identities, hit blocks and
         how many of those are cached (held by nobody)."""
@@ -77,9 +88,16 @@ class BlockMemory:
         if state.identities is None:
             state.identities = NO_IDENTITIES
             if self.hash_block_tokens is not None and state.request.prefix_hashes:
-                state.identities = block_identities(
-                    state.request, self.cache.block_tokens, self.hash_block_tokens, self.prefixes
-                )
+                block_tokens = self.cache.block_tokens
+                chain = None if self.chains is None else self.chains.get(state.position)
+                if chain is None:
+                    state.identities = block_identities(
+                        state.request, block_tokens, self.hash_block_tokens, self.prefixes
+                    )
+                else:  # R126, R127: a chain's turn
+                    state.identities = chain_identities(
+                        state.request, chain, block_tokens, self.hash_block_tokens, self.prefixes
+                    )
         return state.identities
 
     def prompt_blocks(self, state: RequestState) -> int:
@@ -203,6 +221,11 @@ class BlockMemory:
         """R51: the step's registrations, then the completed requests' releases, each in
         running order (the prefill list is R18's, then R19's)."""
         cache = self.cache
+        if step.order is not None:
+            self._register_in_running_order(step)
+            for state in finished:
+                cache.release(state.blocks)
+            return
         for state, tokens in step.prefill:
             if state.identities:
                 cached = state.cached_tokens
@@ -211,3 +234,27 @@ class BlockMemory:
                     self.first_blocks.filled(state.identities[0], self.worker)
         for state in finished:
             cache.release(state.blocks)
+
+    def _register_in_running_order(self, step: Step) -> None:
+        """R47, R51, R127: each request of the step (a run: of its steps, whose later ones fill
+        no identified block, ``decode_runs.fill_run_limit``), in running order as the step was
+        formed (``Step.order``), registers the identified blocks it filled, a decode step's
+        generated tokens' blocks included."""
+        cache = self.cache
+        block_tokens = cache.block_tokens
+        allotted = dict(step.prefill)
+        decoding = set(step.decode)
+        assert step.order is not None
+        for state in step.order:
+            tokens = allotted.get(state)
+            if tokens is None:
+                if state not in decoding:
+                    continue
+                tokens = step.repeat  # one cached token a step
+            cached = state.cached_tokens
+            identities = state.blocks.identities
+            if identities.size * block_tokens <= cached - tokens:  # nothing left to fill
+                continue
+            cache.register(state.blocks, cached - tokens, cached)
+            if cached - tokens < block_tokens <= cached:  # it filled its block 0
+                self.first_blocks.filled(identities[0], self.worker)

@@ -60,6 +60,8 @@ def plan_run(step: Step, worker: Worker, model: TimingModel, max_end_us: int, tr
     if isinstance(memory, BlockMemory):
         preempted = bool(worker.preempted)
         limit = block_run_limit(memory, step, preempted, worker.refused_blocks, traced)
+        if memory.ordered:  # R127: a decode step may fill an identified block
+            limit = min(limit, fill_run_limit(memory, step))
         max_steps = limit if max_steps is None else min(max_steps, limit)
     if isinstance(model, SyntheticLinearTiming):
         step.repeat = decode_run_length(step, max_end_us, max_steps)
@@ -186,6 +188,25 @@ def block_run_limit(
     return low
 
 
+def fill_run_limit(memory: BlockMemory, step: Step) -> int:
+    """R127: a run ends with the first of its steps in which a decoding request fills an
+    identified block (a generated tokens' block), so that its registration, made when the run
+    ends (``BlockMemory.step_ended``), is made at the end of the step that filled it, in
+    running order with the step's other requests' (R51); later steps may read it.
+
+    After ``step`` is formed a decoding request has c cached tokens; the run's s-th step gives
+    it ``c + s - 1``, and fills its block ``(c + s - 1) / B - 1`` when that is a whole number.
+    """
+    block_tokens = memory.cache.block_tokens
+    limit = steps_to_first_completion(step)
+    for state in step.decode:
+        cached = state.cached_tokens
+        to_boundary = -cached % block_tokens  # steps after the first until a block is filled
+        if cached + to_boundary <= state.blocks.identities.size * block_tokens:
+            limit = min(limit, to_boundary + 1)
+    return limit
+
+
 def eviction_keeps_admission_blocked(memory: BlockMemory, refused_blocks: int) -> bool:
     """Whether no eviction in a decode-only run can let the head of the queue in.
 
@@ -213,9 +234,10 @@ def keeps_router_view(step: Step, memory: Memory) -> bool:
     ``outstanding`` and ``load_blocks`` change only when a request is routed here (which
     cuts the run) and when one completes, and a run ends at its first completion. With a
     cache (a ``BlockMemory``) the registry, which ``cached(w, r)`` reads, must not change either.
-    It changes only by registration and eviction. A run registers nothing: registration
-    happens at the end of a step with prefill (R47, R51), and a run has none (output tokens
-    are never identified). A run evicts nothing as long as the blocks its later steps take
+    It changes only by registration and eviction. A run registers nothing before it ends:
+    registration happens at the end of a step with prefill (R47, R51), which a run has not,
+    or (R127) at the end of a decode step filling a generated tokens' block, which ends its
+    run (``fill_run_limit``). A run evicts nothing as long as the blocks its later steps take
     are free ones, which ``block_run_limit`` ensures when the registry is watched; if runs
     ever evict, a state-aware router would see a stale registry, and this check fails.
     """

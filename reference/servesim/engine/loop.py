@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from servesim.contract.continuing_turns import continuing_turns
 from servesim.contract.errors import (
     UnrepresentableArrival,
     UnrepresentableTime,
@@ -180,6 +181,7 @@ class WorkerFactory:
     its schedulers numbered after every earlier one's (and on its side, R99)."""
 
     __slots__ = (
+        "chains",
         "decode_blocks",
         "first_blocks",
         "formations",
@@ -211,6 +213,7 @@ class WorkerFactory:
         self.on_side = {None: 0, "prefill": 0, "decode": 0}
         self.decode_blocks = FirstBlocks()  # R99: nobody routes by the decode side's caches
         self.formations = [make_formation(pool.scheduler) for pool in scenario.pools]
+        self.chains = continuing_turns(workload)  # R125 to R127: found before the run
 
     def memory(self, pool_index: int, side_index: int) -> Memory:
         """A rank's memory as new: unlimited, or its pool's cache with every block free."""
@@ -225,6 +228,7 @@ class WorkerFactory:
             self.decode_blocks if pool.role == "decode" else self.first_blocks,
             # read mid-run: no run evicts
             registry_watched=self.scenario.routing.state_aware,
+            chains=self.chains,
         )
 
     def add(self, pool_index: int) -> Worker | RankGroup:

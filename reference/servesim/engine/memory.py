@@ -29,6 +29,11 @@ class Memory(Protocol):
         them (the hot path without a cache)."""
 
     @property
+    def ordered(self) -> bool:
+        """R51, R127: whether its step ends need the running list as each step was formed
+        (``Step.order``): with continuing turns (R125) or a host tier (R131)."""
+
+    @property
     def counters(self) -> KvCacheCounters | None:
         """R52: the worker's cache counters; ``None`` without a cache."""
 
@@ -78,6 +83,7 @@ class UnlimitedMemory:
     __slots__ = ()
 
     unlimited = True
+    ordered = False
     counters = None
 
     def identities(self, state: RequestState) -> BlockIdentities:

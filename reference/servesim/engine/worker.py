@@ -193,6 +193,8 @@ class Worker:
             step.retracted = [state.request.id for state in self.retracted]
         if not self.memory.unlimited:  # R45: without a cache there is nothing to record
             self.memory.formed(step, self.preempted)
+            if self.memory.ordered:  # R51, R127: registrations in running order
+                step.order = list(self.running)
         return step
 
     def retract(self, victim: RequestState) -> None:

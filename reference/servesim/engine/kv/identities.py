@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import overload
 
+from servesim.contract.continuing_turns import ChainHashes
 from servesim.contract.model import Request
 
 Identity = int
@@ -121,3 +122,25 @@ def block_identities(
     if count == 0:
         return BlockIdentities([], per_hash, 0)
     return BlockIdentities(prefixes.numbers(hashes[: (count - 1) // per_hash + 1]), per_hash, count)
+
+
+def chain_identities(
+    request: Request,
+    chain: ChainHashes,
+    block_tokens: int,
+    hash_block_tokens: int,
+    prefixes: HashPrefixes,
+) -> BlockIdentities:
+    """R126, R127: the identities of a chain's turn (prefix caching on): R47's blocks named by
+    its canonical list, and, when it has a successor, its blocks j with ``(j + 1) * B <=
+    min(P_k + max_output_tokens_k, P_(k+1))`` and ``j < k * n'`` named by the successor's
+    canonical list (``chain.hashes``, which agrees with its own on every hash they share).
+    Both sets are runs from block 0, so their union is one: blocks 0 to ``count - 1``."""
+    per_hash = hash_block_tokens // block_tokens  # k
+    own = min(request.prompt_tokens // block_tokens, per_hash * chain.own_hashes)  # R47
+    generated = min(chain.generated_tokens // block_tokens, per_hash * chain.successor_hashes)
+    count = max(own, generated)
+    if count == 0:
+        return BlockIdentities([], per_hash, 0)
+    hashes = chain.hashes[: (count - 1) // per_hash + 1]
+    return BlockIdentities(prefixes.numbers(hashes), per_hash, count)
