@@ -59,7 +59,12 @@ def plan_run(step: Step, worker: Worker, model: TimingModel, max_end_us: int, tr
     memory = worker.memory
     if isinstance(memory, BlockMemory):
         preempted = bool(worker.preempted)
-        limit = block_run_limit(memory, step, preempted, worker.refused_blocks, traced)
+        refused = worker.refused_blocks
+        if memory.host is not None and worker.waiting:
+            # R133: an eviction may shorten the head's GPU hit and lengthen its host run, which
+            # can start a load where its blocks did not fit: no eviction in the run
+            refused = -1
+        limit = block_run_limit(memory, step, preempted, refused, traced)
         if memory.ordered:  # R127: a decode step may fill an identified block
             limit = min(limit, fill_run_limit(memory, step))
         max_steps = limit if max_steps is None else min(max_steps, limit)
@@ -219,6 +224,8 @@ def eviction_keeps_admission_blocked(memory: BlockMemory, refused_blocks: int) -
     grows), and free + cached only shrinks in the run. So it stays out for certain when
     n > free + cached already.
     """
+    if refused_blocks < 0:  # R133: a host tier's head, which eviction may let load
+        return False
     cache = memory.cache
     return refused_blocks == 0 or refused_blocks > cache.free + cache.cached_count
 

@@ -1,0 +1,273 @@
+"""A scheduler's host pool and its two lanes (SPEC.md R129 to R136, section 19).
+
+A host pool is a second tier beside a scheduler's GPU cache (``cache``): ``blocks`` *entries*,
+each holding one identity (R47, R126, R127) and *pending* (its store in flight), *resident*, or
+resident and *pinned* by loads in flight (R129). Blocks reach it by write-through stores of what
+a step registered (``HostPool.offer``, R131) and come back by loads before admission (R133,
+R134). Each pool has a store lane and a load lane, each FIFO (``HostPool.submit``, R130);
+transfers of the whole fleet are numbered in submission order, which orders their completion
+events (``HostTransfers``, R136). What moves GPU blocks is the block memory's
+(``servesim.engine.block_memory``); who loads, and when, is the formation's (R133 to R135).
+
+Integers only: a transfer's time is ``ceil(n * block_bytes * 10^6 / W)`` µs in Python's
+unbounded integers (R130).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from servesim.contract.errors import UnrepresentableHostTransfer
+from servesim.contract.model import HostTier
+from servesim.engine.kv.identities import Identity
+
+if TYPE_CHECKING:
+    from servesim.engine.requests import RequestState
+
+#: R6: the largest time a report can hold; a transfer must end by then (R130).
+MAX_TIME_US = (1 << 53) - 1
+
+PENDING = -1
+"""``HostPool.entries``' value for an entry whose store is in flight (R129); a resident entry's
+value is its host recency number (R132), at least 0."""
+
+TransferKind = Literal["store", "load"]
+
+
+@dataclass(slots=True)
+class HostCounters:
+    """R140: what a scheduler's ``host`` report member counts."""
+
+    stores: int = 0
+    stored_blocks: int = 0
+    loads: int = 0
+    loaded_blocks: int = 0
+    reused_tokens: int = 0
+    """R137: the host part of every admission (``m * B``)."""
+    evictions: int = 0
+    skipped_blocks: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class HostTransfer:
+    """R130: one transfer of ``len(blocks)`` blocks on one lane of one scheduler's host pool.
+
+    ``blocks`` are the block indices of ``state`` it carries, in block order, and
+    ``identities`` their identities; a load also keeps its request's GPU hit ``hit`` (g, R133).
+    """
+
+    kind: TransferKind
+    pool: HostPool
+    state: RequestState
+    blocks: list[int]
+    identities: list[Identity]
+    submitted_us: int
+    hit: int = 0
+    start_us: int = 0
+    end_us: int = 0
+    order: int = 0
+    """R136: its submission number, over the whole fleet."""
+
+
+class HostPool:
+    """One scheduler's host pool: its entries, its host recency numbers, its lanes (R129 to
+    R132).
+
+    ``entries`` maps each entry's identity to ``PENDING`` or its host recency number;
+    ``pins`` counts the loads in flight reading a resident entry. Host eviction (R131) takes the
+    resident, unpinned entry with the smallest number: ``lru`` is a heap of ``(number,
+    identity)``, an item counting only while the entry still has that number and no pin (a
+    pinned entry gets a new number when its last pin goes, R132, so its old item may go).
+    """
+
+    __slots__ = (
+        "block_bytes",
+        "capacity",
+        "counters",
+        "entries",
+        "load_end_us",
+        "load_rate",
+        "lru",
+        "next_number",
+        "pins",
+        "rank",
+        "store_end_us",
+        "store_rate",
+        "worker",
+    )
+
+    def __init__(self, host: HostTier, block_tokens: int, worker: int, rank: int) -> None:
+        self.capacity = host.blocks
+        self.block_bytes = block_tokens * host.bytes_per_token  # R129
+        self.store_rate = host.store_bytes_per_s
+        self.load_rate = host.load_bytes_per_s
+        self.store_end_us = 0  # R130: the end of the last transfer submitted on the lane
+        self.load_end_us = 0
+        self.entries: dict[Identity, int] = {}
+        self.pins: dict[Identity, int] = {}
+        self.lru: list[tuple[int, Identity]] = []
+        self.next_number = 0  # R132: the pool's counter, from 0
+        self.counters = HostCounters()
+        self.worker = worker
+        """Its scheduler's worker (global index) and rank, which the trace's transfers name."""
+        self.rank = rank
+
+    # --- R130: the lanes
+
+    def schedule(self, transfer: HostTransfer) -> None:
+        """R130: the transfer, submitted at ``transfer.submitted_us``, starts when its lane's
+        last transfer ends (or at once) and lasts ``ceil(n * block_bytes * 10^6 / W)`` µs; an
+        end after 2^53 - 1 µs is R6's error, found now."""
+        store = transfer.kind == "store"
+        lane_end = self.store_end_us if store else self.load_end_us
+        rate = self.store_rate if store else self.load_rate
+        start = max(transfer.submitted_us, lane_end)
+        end = start + -(-len(transfer.blocks) * self.block_bytes * 1_000_000 // rate)
+        if end > MAX_TIME_US:
+            raise UnrepresentableHostTransfer(
+                kind=transfer.kind,
+                request=transfer.state.request.id,
+                submitted_us=transfer.submitted_us,
+                end_us=end,
+            )
+        transfer.start_us, transfer.end_us = start, end
+        if store:
+            self.store_end_us = end
+        else:
+            self.load_end_us = end
+
+    # --- R132: host recency numbers
+
+    def _number(self, identity: Identity) -> None:
+        """The entry gets the pool's next host recency number (resident from now)."""
+        number = self.next_number
+        self.next_number = number + 1
+        self.entries[identity] = number
+        heapq.heappush(self.lru, (number, identity))
+
+    def _evict(self) -> bool:
+        """R131: the resident, unpinned entry with the smallest number leaves the pool; False
+        when every entry is pending or pinned."""
+        lru, entries, pins = self.lru, self.entries, self.pins
+        while lru:
+            number, identity = heapq.heappop(lru)
+            if entries.get(identity) == number and identity not in pins:
+                del entries[identity]
+                self.counters.evictions += 1
+                return True
+        return False
+
+    # --- R131: stores
+
+    def offer(self, blocks: Sequence[tuple[int, Identity]]) -> list[tuple[int, Identity]]:
+        """R131: a request offers the blocks it registered, in block order, as ``(j,
+        identity)``; those that take a new pending entry, in block order (the store's blocks).
+
+        A block whose identity has an entry is left out; another takes a free entry, or one
+        host eviction makes room; when every entry is pending or pinned, it and the offered
+        blocks after it that have no entry are skipped (ref-questions.md Q5)."""
+        entries = self.entries
+        taken: list[tuple[int, Identity]] = []
+        for index, (block, identity) in enumerate(blocks):
+            if identity in entries:
+                continue
+            if len(entries) >= self.capacity and not self._evict():
+                self.counters.skipped_blocks += sum(
+                    [1 for _, other in blocks[index:] if other not in entries]
+                )
+                break
+            entries[identity] = PENDING
+            taken.append((block, identity))
+        return taken
+
+    def stored(self, identities: Sequence[Identity]) -> None:
+        """R132: a store completes: its entries become resident, numbered from its last block
+        to its first."""
+        for identity in reversed(identities):
+            self._number(identity)
+
+    # --- R133, R134: lookup, touch, pins and loads
+
+    def run(self, identities: Sequence[Identity], hit: int, most: int) -> int:
+        """R133: the host run m after a GPU hit of ``hit`` blocks: blocks ``hit`` to ``hit + m
+        - 1`` identified with a resident entry (pinned or not), ``hit + m <= most``; a pending
+        entry, or none, ends it."""
+        entries = self.entries
+        run = 0
+        for block in range(hit, min(most, len(identities))):
+            if entries.get(identities[block], PENDING) == PENDING:
+                break
+            run += 1
+        return run
+
+    def touch(self, identities: Sequence[Identity], most: int, hit: int, run: int) -> None:
+        """R133: at an admission with m = 0 or a load's start, the identified blocks 0 to
+        ``most - 1`` outside the host run (``hit`` to ``hit + run - 1``) with a resident,
+        unpinned entry get new numbers, from the last block to the first (R132)."""
+        entries, pins = self.entries, self.pins
+        for block in range(min(most, len(identities)) - 1, -1, -1):
+            if hit <= block < hit + run:
+                continue
+            identity = identities[block]
+            if entries.get(identity, PENDING) != PENDING and identity not in pins:
+                self._number(identity)
+
+    def pin(self, identities: Sequence[Identity]) -> None:
+        """R134: each entry of a load's run gets one more pin."""
+        pins = self.pins
+        for identity in identities:
+            pins[identity] = pins.get(identity, 0) + 1
+
+    def loaded(self, identities: Sequence[Identity]) -> None:
+        """R132, R134: a load completes: its entries lose a pin each, and those left with none
+        get new numbers, from its last block to its first."""
+        pins = self.pins
+        for identity in reversed(identities):
+            left = pins[identity] - 1
+            if left:
+                pins[identity] = left
+            else:
+                del pins[identity]
+                self._number(identity)
+
+    def resident_count(self) -> int:
+        """How many entries are resident (for checks)."""
+        return sum([1 for number in self.entries.values() if number != PENDING])
+
+
+@dataclass(slots=True)
+class HostTransfers:
+    """R136: the fleet's host transfers: each submitted one gets the next submission number and
+    a host transfer completion event at its end (``queue``, the event loop's, with ``kind``
+    its priority); ``recorded`` lists every one when the trace is asked for (R140)."""
+
+    kind: int
+    queue: list[tuple[int, int, int, int]] = field(default_factory=list)
+    in_flight: dict[int, HostTransfer] = field(default_factory=dict)
+    next_order: int = 0
+    recorded: list[HostTransfer] | None = None
+
+    def submit(self, transfer: HostTransfer) -> None:
+        """R130, R136: time the transfer on its lane and create its completion event."""
+        transfer.pool.schedule(transfer)
+        order = self.next_order
+        self.next_order = order + 1
+        transfer.order = order
+        self.in_flight[order] = transfer
+        heapq.heappush(self.queue, (transfer.end_us, self.kind, order, order))
+        if self.recorded is not None:
+            self.recorded.append(transfer)
+        counters = transfer.pool.counters
+        if transfer.kind == "store":
+            counters.stores += 1
+            counters.stored_blocks += len(transfer.blocks)
+        else:
+            counters.loads += 1
+            counters.loaded_blocks += len(transfer.blocks)
+
+    def complete(self, order: int) -> HostTransfer:
+        """R136: the transfer numbered ``order`` ends now."""
+        return self.in_flight.pop(order)
