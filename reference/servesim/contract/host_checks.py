@@ -62,8 +62,7 @@ def host_problems(value: dict[str, Any]) -> list[tuple[str, str]]:
             problems.append(
                 (
                     pointer,
-                    "a host tier needs prefix caching: this cache has prefix_caching false "
-                    "(R129)",
+                    "a host tier needs prefix caching: this cache has prefix_caching false (R129)",
                 )
             )
         others = sorted({style for style in _styles_using(value, pointer) if style != "vllm"})
