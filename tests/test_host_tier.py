@@ -26,7 +26,7 @@ from servesim.contract.continuing_turns import canonical_lists, chains, continue
 from servesim.contract.errors import UnrepresentableHostTransfer
 from servesim.contract.migrations import report_9_0_to_10_0
 from servesim.contract.model import HostTier, Request, Workload
-from servesim.engine.kv.host_tier import HostPool, HostTransfer
+from servesim.engine.kv.host_tier import PENDING, HostPool, HostTransfer
 from servesim.engine.requests import RequestState
 from servesim.replay import replay
 from tests.helpers import REPO
@@ -720,14 +720,19 @@ def test_h8_host_lru_evicts_the_deepest_block_first() -> None:
     # draft case 16 at the pool: A's 4 blocks (identities 10 to 13) stored and resident get
     # numbers 0 to 3 from block 3 to block 0; B's 4 new blocks evict A's 3, 2, 1, 0 in order
     host_pool = pool({**HOST, "blocks": 4})
-    a = [(j, 10 + j) for j in range(4)]
-    assert host_pool.offer(a) == a
-    host_pool.stored([identity for _, identity in a])
+    a = [10, 11, 12, 13]
+    assert host_pool.offer([0, 1, 2, 3], a) == ([0, 1, 2, 3], a)
+    assert host_pool.entries == dict.fromkeys(a, PENDING)
+    host_pool.stored(a)
     assert host_pool.entries == {13: 0, 12: 1, 11: 2, 10: 3}
     for count, evicted in enumerate([13, 12, 11, 10], start=1):
-        assert host_pool.offer([(count - 1, 20 + count)]) == [(count - 1, 20 + count)]
+        assert host_pool.offer([count - 1], [20 + count]) == ([count - 1], [20 + count])
         assert evicted not in host_pool.entries
         assert host_pool.counters.evictions == count
+    # two at once: the two least recent (B's first two, numbers not given yet: pending) cannot
+    # go; with all four pending, a fifth block is skipped
+    assert host_pool.offer([9], [99]) == ([], [])
+    assert host_pool.counters.skipped_blocks == 1
 
 
 def test_h8_a_touch_changes_the_victim() -> None:
@@ -736,21 +741,33 @@ def test_h8_a_touch_changes_the_victim() -> None:
     # blocks evicts A's entries 3 and 2
     host_pool = pool({**HOST, "blocks": 4})
     a = [10, 11, 12, 13]
-    host_pool.offer(list(enumerate(a)))
+    host_pool.offer([0, 1, 2, 3], a)
     host_pool.stored(a)
     host_pool.touch(a[:2], 2, 2, 0)
     assert (host_pool.entries[11], host_pool.entries[10]) == (4, 5)
-    host_pool.offer([(0, 30), (1, 31)])
+    host_pool.offer([0, 1], [30, 31])
     assert sorted(host_pool.entries) == [10, 11, 30, 31]
     # a pinned entry is never evicted, nor a pending one: a full pool of them skips
     host_pool.pin([10, 11])
-    assert host_pool.offer([(0, 40)]) == []
+    assert host_pool.offer([0], [40]) == ([], [])
     assert host_pool.counters.skipped_blocks == 1
     host_pool.loaded([10, 11])  # unpinned: numbers from block 1 to block 0
     assert (host_pool.entries[11], host_pool.entries[10]) == (6, 7)
-    assert host_pool.offer([(0, 40)]) == [(0, 40)]
+    assert host_pool.offer([0], [40]) == ([0], [40])
     assert 10 in host_pool.entries
     assert 11 not in host_pool.entries
+    # a touch skips the run's blocks, pending and pinned entries: blocks 0 to 3 = [10, 40,
+    # 30, 31], hit 1, run 1 (block 1): 40 is pending; after 30 and 31 are stored (31: 8,
+    # 30: 9) and 30 pinned, 31 and 10 are touched, 31 first
+    host_pool.touch([10, 40, 30, 31], 4, 1, 0)
+    assert (host_pool.entries[40], host_pool.entries[10]) == (PENDING, 8)
+    host_pool.stored([30, 31])
+    host_pool.stored([40])
+    assert (host_pool.entries[31], host_pool.entries[30], host_pool.entries[40]) == (9, 10, 11)
+    host_pool.pin([30])
+    host_pool.touch([10, 40, 30, 31], 4, 1, 1)
+    assert (host_pool.entries[31], host_pool.entries[10]) == (12, 13)
+    assert (host_pool.entries[30], host_pool.entries[40]) == (10, 11)
 
 
 # --- R133 (H9): lookup at admission

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
     from servesim.engine.step import Step
 
 
+Offer = tuple["RequestState", tuple[list[int], list[Identity]]]
+"""R131: a request and the blocks it registered at a step end (indices, identities)."""
+
+
 class BlockMemory:
     """One worker's KV cache (``memory.Memory`` on ``kv.cache.BlockCache``)."""
 
@@ -201,7 +205,7 @@ class BlockMemory:
         cache.hold(state.blocks, hit)
         cache.take(state.blocks, run)
         state.cached_tokens = (hit + run) * cache.block_tokens
-        loaded = identities[hit : hit + run]
+        loaded = identities.span(hit, hit + run)
         host.pin(loaded)
         host.touch(identities, self._most, hit, run)
         load = HostTransfer("load", host, state, list(range(hit, hit + run)), loaded, now_us, hit)
@@ -331,16 +335,14 @@ class BlockMemory:
         for state in finished:
             cache.release(state.blocks)
 
-    def _register_in_running_order(
-        self, step: Step
-    ) -> list[tuple[RequestState, list[tuple[int, Identity]]]]:
+    def _register_in_running_order(self, step: Step) -> list[Offer]:
         """R47, R51, R127: each request of the step (a run: of its steps, whose later ones fill
         no identified block, ``decode_runs.fill_run_limit``), in running order as the step was
         formed (``Step.order``), registers the identified blocks it filled, a decode step's
         generated tokens' blocks included. With a host pool, what each registered, as
-        ``(j, identity)`` in block order (R131's offers)."""
+        their indices and identities in block order (R131's offers)."""
         cache = self.cache
-        offers: list[tuple[RequestState, list[tuple[int, Identity]]]] = []
+        offers: list[Offer] = []
         host = self.host
         block_tokens = cache.block_tokens
         allotted = dict(step.prefill)
@@ -364,37 +366,37 @@ class BlockMemory:
                 offers.append((state, fresh))
         return offers
 
-    def _fresh(self, state: RequestState, before: int, after: int) -> list[tuple[int, Identity]]:
+    def _fresh(
+        self, state: RequestState, before: int, after: int
+    ) -> tuple[list[int], list[Identity]] | None:
         """The identified blocks ``register(state.blocks, before, after)`` is about to register:
-        those it fills whose identity the registry does not have (R47), as ``(j, identity)``."""
+        those it fills whose identity the registry does not have (R47), as their indices and
+        identities in block order; ``None`` when there are none."""
         cache = self.cache
         identities = state.blocks.identities
         block_tokens = cache.block_tokens
+        first = before // block_tokens
         last = min(after // block_tokens, identities.size)
-        fresh = []
-        for block in range(before // block_tokens, last):
-            identity = identities[block]
-            if cache.value(identity) == ABSENT:
-                fresh.append((block, identity))
-        return fresh
+        if first >= last:
+            return None
+        named = identities.span(first, last)
+        per_hash = identities.per_hash
+        groups = identities.numbers[first // per_hash : (last - 1) // per_hash + 1]
+        if cache.group_values.keys().isdisjoint(groups):  # none registered: all of them
+            return list(range(first, last)), named
+        value = cache.value
+        kept = [index for index, identity in enumerate(named) if value(identity) == ABSENT]
+        if not kept:
+            return None
+        return [first + index for index in kept], [named[index] for index in kept]
 
-    def _store(
-        self, offers: list[tuple[RequestState, list[tuple[int, Identity]]]], now_us: int
-    ) -> None:
+    def _store(self, offers: list[Offer], now_us: int) -> None:
         """R131: each request, in order, offers what it registered; the blocks that take
         entries form one store, submitted now."""
         host, transfers = self.host, self.transfers
         assert host is not None
         assert transfers is not None
-        for state, blocks in offers:
-            taken = host.offer(blocks)
+        for state, (blocks, identities) in offers:
+            taken_blocks, taken = host.offer(blocks, identities)
             if taken:
-                store = HostTransfer(
-                    "store",
-                    host,
-                    state,
-                    [block for block, _ in taken],
-                    [identity for _, identity in taken],
-                    now_us,
-                )
-                transfers.submit(store)
+                transfers.submit(HostTransfer("store", host, state, taken_blocks, taken, now_us))

@@ -16,13 +16,14 @@ unbounded integers (R130).
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from servesim.contract.errors import UnrepresentableHostTransfer
 from servesim.contract.model import HostTier
-from servesim.engine.kv.identities import Identity
+from servesim.engine.kv.identities import BlockIdentities, Identity
 
 if TYPE_CHECKING:
     from servesim.engine.requests import RequestState
@@ -77,10 +78,11 @@ class HostPool:
     R132).
 
     ``entries`` maps each entry's identity to ``PENDING`` or its host recency number;
-    ``pins`` counts the loads in flight reading a resident entry. Host eviction (R131) takes the
-    resident, unpinned entry with the smallest number: ``lru`` is a heap of ``(number,
-    identity)``, an item counting only while the entry still has that number and no pin (a
-    pinned entry gets a new number when its last pin goes, R132, so its old item may go).
+    ``pins`` counts the loads in flight reading a resident entry. Numbers only grow, so the
+    resident, unpinned entries in number order are a queue: ``lru`` holds them so (an entry
+    renumbered moves to its end; a pinned one leaves it until its last pin goes, when it gets a
+    new number, R132), and host eviction (R131) takes its first. The operations work on lists
+    of identities at once, which is most of a Mooncake replay's host work.
     """
 
     __slots__ = (
@@ -108,7 +110,7 @@ class HostPool:
         self.load_end_us = 0
         self.entries: dict[Identity, int] = {}
         self.pins: dict[Identity, int] = {}
-        self.lru: list[tuple[int, Identity]] = []
+        self.lru: OrderedDict[Identity, None] = OrderedDict()
         self.next_number = 0  # R132: the pool's counter, from 0
         self.counters = HostCounters()
         self.worker = worker
@@ -141,53 +143,60 @@ class HostPool:
 
     # --- R132: host recency numbers
 
-    def _number(self, identity: Identity) -> None:
-        """The entry gets the pool's next host recency number (resident from now)."""
-        number = self.next_number
-        self.next_number = number + 1
-        self.entries[identity] = number
-        heapq.heappush(self.lru, (number, identity))
-
-    def _evict(self) -> bool:
-        """R131: the resident, unpinned entry with the smallest number leaves the pool; False
-        when every entry is pending or pinned."""
-        lru, entries, pins = self.lru, self.entries, self.pins
-        while lru:
-            number, identity = heapq.heappop(lru)
-            if entries.get(identity) == number and identity not in pins:
-                del entries[identity]
-                self.counters.evictions += 1
-                return True
-        return False
+    def _number(self, identities: list[Identity], *, new: bool = False) -> None:
+        """The entries (resident and unpinned from now) get the pool's next host recency
+        numbers, in the order given (``identities``, each at most once); ``new``: none of them
+        is resident and unpinned already (a store's, a load's last pins)."""
+        first = self.next_number
+        self.next_number = first + len(identities)
+        self.entries.update(zip(identities, range(first, self.next_number), strict=False))
+        lru = self.lru
+        if new:
+            lru.update(dict.fromkeys(identities))
+            return
+        move = lru.move_to_end
+        for identity in identities:
+            move(identity)
 
     # --- R131: stores
 
-    def offer(self, blocks: Sequence[tuple[int, Identity]]) -> list[tuple[int, Identity]]:
-        """R131: a request offers the blocks it registered, in block order, as ``(j,
-        identity)``; those that take a new pending entry, in block order (the store's blocks).
+    def offer(
+        self, blocks: list[int], identities: list[Identity]
+    ) -> tuple[list[int], list[Identity]]:
+        """R131: a request offers the blocks it registered (``blocks`` in block order, their
+        ``identities``); those that take a new pending entry, in block order (the store's).
 
-        A block whose identity has an entry is left out; another takes a free entry, or one
-        host eviction makes room; when every entry is pending or pinned, it and the offered
-        blocks after it that have no entry are skipped (ref-questions.md Q5)."""
+        The blocks whose identity has an entry when the offer is made are left out
+        (ref-questions Q12); each other block takes a free entry, or a host eviction (the
+        resident, unpinned entry with the smallest number) makes room; when every entry is
+        pending or pinned it and the later ones are skipped (Q4)."""
         entries = self.entries
-        taken: list[tuple[int, Identity]] = []
-        for index, (block, identity) in enumerate(blocks):
-            if identity in entries:
-                continue
-            if len(entries) >= self.capacity and not self._evict():
-                self.counters.skipped_blocks += sum(
-                    [1 for _, other in blocks[index:] if other not in entries]
-                )
-                break
-            entries[identity] = PENDING
-            taken.append((block, identity))
-        return taken
+        if entries.keys().isdisjoint(identities):  # the common case: every block is new
+            fresh_blocks, fresh = blocks, identities
+        else:
+            kept = [index for index, identity in enumerate(identities) if identity not in entries]
+            fresh_blocks = [blocks[index] for index in kept]
+            fresh = [identities[index] for index in kept]
+            if not fresh:
+                return [], []
+        room = self.capacity - len(entries)
+        if len(fresh) > room:
+            pop = self.lru.popitem
+            evicted = min(len(fresh) - room, len(self.lru))
+            for _ in range(evicted):
+                del entries[pop(False)[0]]
+            counters = self.counters
+            counters.evictions += evicted
+            taken = room + evicted
+            counters.skipped_blocks += len(fresh) - taken
+            fresh_blocks, fresh = fresh_blocks[:taken], fresh[:taken]
+        entries.update(dict.fromkeys(fresh, PENDING))
+        return fresh_blocks, fresh
 
-    def stored(self, identities: Sequence[Identity]) -> None:
+    def stored(self, identities: list[Identity]) -> None:
         """R132: a store completes: its entries become resident, numbered from its last block
         to its first."""
-        for identity in reversed(identities):
-            self._number(identity)
+        self._number(identities[::-1], new=True)
 
     # --- R133, R134: lookup, touch, pins and loads
 
@@ -196,6 +205,8 @@ class HostPool:
         - 1`` identified with a resident entry (pinned or not), ``hit + m <= most``; a pending
         entry, or none, ends it."""
         entries = self.entries
+        if not entries:
+            return 0
         run = 0
         for block in range(hit, min(most, len(identities))):
             if entries.get(identities[block], PENDING) == PENDING:
@@ -207,31 +218,40 @@ class HostPool:
         """R133: at an admission with m = 0 or a load's start, the identified blocks 0 to
         ``most - 1`` outside the host run (``hit`` to ``hit + run - 1``) with a resident,
         unpinned entry get new numbers, from the last block to the first (R132)."""
-        entries, pins = self.entries, self.pins
-        for block in range(min(most, len(identities)) - 1, -1, -1):
-            if hit <= block < hit + run:
-                continue
-            identity = identities[block]
-            if entries.get(identity, PENDING) != PENDING and identity not in pins:
-                self._number(identity)
+        lru = self.lru
+        if not lru:
+            return
+        if isinstance(identities, BlockIdentities):
+            named = identities.span(0, most)
+        else:
+            named = list(identities[:most])
+        touched = [identity for identity in named[hit + run :][::-1] if identity in lru]
+        touched += [identity for identity in named[:hit][::-1] if identity in lru]
+        if touched:
+            self._number(touched)
 
-    def pin(self, identities: Sequence[Identity]) -> None:
-        """R134: each entry of a load's run gets one more pin."""
-        pins = self.pins
+    def pin(self, identities: list[Identity]) -> None:
+        """R134: each entry of a load's run gets one more pin (a pinned entry is not
+        evictable: it leaves ``lru``)."""
+        pins, lru = self.pins, self.lru
         for identity in identities:
             pins[identity] = pins.get(identity, 0) + 1
+            lru.pop(identity, None)
 
-    def loaded(self, identities: Sequence[Identity]) -> None:
+    def loaded(self, identities: list[Identity]) -> None:
         """R132, R134: a load completes: its entries lose a pin each, and those left with none
         get new numbers, from its last block to its first."""
         pins = self.pins
+        freed: list[Identity] = []
         for identity in reversed(identities):
             left = pins[identity] - 1
             if left:
                 pins[identity] = left
             else:
                 del pins[identity]
-                self._number(identity)
+                freed.append(identity)
+        if freed:
+            self._number(freed, new=True)
 
     def resident_count(self) -> int:
         """How many entries are resident (for checks)."""

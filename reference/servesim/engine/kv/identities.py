@@ -63,6 +63,23 @@ class BlockIdentities(Sequence[Identity]):
         hashed, offset = divmod(index, self.per_hash)
         return self.numbers[hashed] * self.per_hash + offset
 
+    def span(self, start: int, stop: int) -> list[Identity]:
+        """The identities of blocks ``start`` to ``stop - 1`` (within the sequence), at once."""
+        stop = min(stop, self.size)
+        per_hash, numbers = self.per_hash, self.numbers
+        if per_hash == 1:
+            return numbers[start:stop]
+        if start >= stop:
+            return []
+        first, last = start // per_hash, (stop - 1) // per_hash
+        named: list[Identity] = []
+        for index in range(first, last + 1):  # a hashed block's engine blocks at once
+            base = numbers[index] * per_hash - index * per_hash  # block j is base + j
+            low = start if index == first else index * per_hash
+            high = stop if index == last else (index + 1) * per_hash
+            named.extend(range(base + low, base + high))
+        return named
+
     def __eq__(self, other: object) -> bool:
         """Equal to any list, tuple or ``BlockIdentities`` of the same identities."""
         if isinstance(other, BlockIdentities | list | tuple):
