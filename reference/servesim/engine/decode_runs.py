@@ -23,6 +23,14 @@ step for step, exactly while they do:
    and TensorRT-LLM's do (a trtllm head refused by its reservation stays refused while nothing
    completes); SGLang's decays its ratio every decode step, so only while no candidate for
    admission exists, untraced.
+7. No decode step but the last fills an identified block (R127, a continuing turn's generated
+   tokens' blocks): ``fill_run_limit``; the run's registrations (and, R131, its stores) are
+   then those of its last step, made when it ends.
+8. With a host pool (R129): no load or store completes inside it (the event loop cuts it at
+   its next step end: a loaded request joins the next step, R135, and a completed store may
+   let the head of the queue load, R133, when the queue is not empty), and it evicts no GPU
+   block while the queue is not empty (an eviction may shorten the head's GPU hit and so
+   lengthen its host run).
 
 A state-aware router may read the worker in the middle of a run (another worker's arrival does
 not cut it); ``keeps_router_view`` checks that nothing it reads (R54) changes inside the run.

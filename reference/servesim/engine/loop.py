@@ -1,7 +1,8 @@
 """The event loop: one logical clock drives the whole fleet (SPEC.md section 2, R6 to R8).
 
-Events are ordered by one key, ``(time_us, kind, order)`` (R7): step completions before
-arrivals before scheduling at the same microsecond; then completions in the order they were
+Events are ordered by one key, ``(time_us, kind, order)`` (R7): (R136: host transfer
+completions first, with a host pool, then) step completions before arrivals before scheduling
+at the same microsecond; then completions in the order they were
 created, arrivals by workload position (R60) and scheduling events by worker index. Section 13
 adds arrivals made during the run (a session's later turns, R59; a closed loop's units, R61) and
 a stop time after which nothing happens (R62), an event of its own between the completions and
