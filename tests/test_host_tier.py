@@ -260,6 +260,12 @@ def test_h2_canonical_list_of_the_last_turn_is_its_own() -> None:
     # last turn that has one, t2's 5, and so does t2 itself
     lists = canonical_lists([turn(40, [1, 2, 3]), turn(44, [1, 2, 4]), turn(46, [1, 2, 5])], 16)
     assert lists == [(1, 2, 5), (1, 2, 5), (1, 2, 5)]
+    # (reading, ref-questions Q13) t1 continues t0 (it begins with t0's 2 full hashes) and
+    # holds block 2 in full (48 <= 80) but has no hash 2: it does not qualify, and t0's block 2
+    # keeps the hash of the last turn with one, its own 3
+    assert continues(turn(40, [1, 2, 3]), turn(80, [1, 2]), 16)
+    lists = canonical_lists([turn(40, [1, 2, 3]), turn(80, [1, 2])], 16)
+    assert lists == [(1, 2, 3), (1, 2)]
 
 
 # --- R127 (H3): generated tokens' blocks

@@ -83,6 +83,8 @@ def canonical_lists(turns: list[Request], hash_block_tokens: int) -> list[tuple[
     Hashed block i of turn t takes the i-th hash of the first turn s at or after t whose prompt
     holds it in full (prompts grow along a chain, R125, so that is the first found going
     forward); without one, the i-th hash of the last turn of the chain whose list has one.
+    Reading taken (ref-questions Q13): a turn whose prompt holds block i in full but whose list
+    has no i-th hash does not qualify (it has no i-th hash to give).
     """
     lists: list[tuple[int, ...]] = []
     for index, turn in enumerate(turns):
@@ -90,7 +92,12 @@ def canonical_lists(turns: list[Request], hash_block_tokens: int) -> list[tuple[
         for i in range(turn.prompt_tokens // hash_block_tokens, len(canonical)):  # partial
             later = turns[index:]
             holder = next(
-                (s for s in later if (i + 1) * hash_block_tokens <= s.prompt_tokens), None
+                (
+                    s
+                    for s in later
+                    if (i + 1) * hash_block_tokens <= s.prompt_tokens and len(s.prefix_hashes) > i
+                ),
+                None,
             )
             if holder is None:
                 holder = [s for s in later if len(s.prefix_hashes) > i][-1]
