@@ -655,6 +655,19 @@ def test_h7_blocks_with_an_entry_are_left_out(tmp_path: Path) -> None:
     assert (c["first_scheduled_us"], c["token_times_us"], c["load_wait_us"]) == (324, [345], 24)
 
 
+def test_h7_an_entry_is_looked_for_at_each_block_s_turn() -> None:
+    # (reading, ref-questions Q12) host 2 entries, resident 5 (number 0) and 6 (number 1): an
+    # offer of [7, 5] stores 7 by evicting 5 (the least recent), then finds 5 without an entry
+    # at its turn and stores it too, by evicting 6
+    host_pool = pool({**HOST, "blocks": 2})
+    host_pool.offer([0, 1], [5, 6])
+    host_pool.stored([6, 5])  # numbers from the last block: 5 gets 0, 6 gets 1
+    assert host_pool.entries == {5: 0, 6: 1}
+    assert host_pool.offer([3, 4], [7, 5]) == ([3, 4], [7, 5])
+    assert host_pool.entries == {7: PENDING, 5: PENDING}
+    assert host_pool.counters.evictions == 2
+
+
 def test_h7_a_full_pool_of_pending_entries_skips_blocks(tmp_path: Path) -> None:
     # draft case 18: host 2 entries, 16,000 µs a block: A's step end offers 4 blocks; 0 and 1
     # take entries, 2 and 3 are skipped (every entry pending); one store of 2 blocks

@@ -92,10 +92,11 @@ class BlockMemory:
         """R129: its scheduler's host pool; ``None`` when its cache has no ``host``."""
         self.transfers = transfers
         """R136: the fleet's host transfers, which its stores and loads join."""
-        self.ordered = self.chains is not None or host is not None
+        self.ordered = self.chains is not None
         """Whether a step's registrations need the running list as it was formed
-        (``Step.order``): a decode step may fill an identified block (R127), or what a step
-        registered is offered to the host pool in running order (R131)."""
+        (``Step.order``): a decode step may fill an identified block (R127). Without that only
+        the step's prefills register, and its prefill list is in running order (R18's, then
+        R19's), which is also the order of R131's offers."""
         self._most = 0
         """R48's cap ``floor((L - 1) / B)`` of the request offered admission last."""
         self._offer: tuple[RequestState, BlockIdentities, int, int] | None = None
@@ -277,7 +278,9 @@ class BlockMemory:
         block order, under R47's rule; with a host pool they are offered to it (R131)."""
         cache = self.cache
         before = hit * cache.block_tokens
-        fresh = self._fresh(state, before, state.prefill_target) if self.host else None
+        fresh = None
+        if self.host is not None:
+            fresh = self._fresh(state, before, state.prefill_target)
         cache.register(state.blocks, before, state.prefill_target)  # R121: L
         if fresh:
             self._store([(state, fresh)], now_us)
@@ -326,6 +329,13 @@ class BlockMemory:
             if offers:  # R131: after the registrations and releases, in running order
                 self._store(offers, step.end_us)
             return
+        if self.host is not None:  # R131: what each registered is offered, in running order
+            offers = self._register_prefills(step)
+            for state in finished:
+                cache.release(state.blocks)
+            if offers:
+                self._store(offers, step.end_us)
+            return
         for state, tokens in step.prefill:
             if state.identities:
                 cached = state.cached_tokens
@@ -334,6 +344,22 @@ class BlockMemory:
                     self.first_blocks.filled(state.identities[0], self.worker)
         for state in finished:
             cache.release(state.blocks)
+
+    def _register_prefills(self, step: Step) -> list[Offer]:
+        """R47, R51, R131: each request of the step's prefill list, in order, registers the
+        identified blocks it filled; what each registered (its offer)."""
+        cache = self.cache
+        offers: list[Offer] = []
+        for state, tokens in step.prefill:
+            if state.identities:
+                cached = state.cached_tokens
+                fresh = self._fresh(state, cached - tokens, cached)
+                cache.register(state.blocks, cached - tokens, cached)
+                if cached - tokens < cache.block_tokens <= cached:  # it filled its block 0
+                    self.first_blocks.filled(state.identities[0], self.worker)
+                if fresh:
+                    offers.append((state, fresh))
+        return offers
 
     def _register_in_running_order(self, step: Step) -> list[Offer]:
         """R47, R51, R127: each request of the step (a run: of its steps, whose later ones fill
@@ -358,7 +384,7 @@ class BlockMemory:
             identities = state.blocks.identities
             if identities.size * block_tokens <= cached - tokens:  # nothing left to fill
                 continue
-            fresh = self._fresh(state, cached - tokens, cached) if host else None
+            fresh = None if host is None else self._fresh(state, cached - tokens, cached)
             cache.register(state.blocks, cached - tokens, cached)
             if cached - tokens < block_tokens <= cached:  # it filled its block 0
                 self.first_blocks.filled(identities[0], self.worker)

@@ -16,9 +16,10 @@ unbounded integers (R130).
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Literal
 
 from servesim.contract.errors import UnrepresentableHostTransfer
@@ -77,23 +78,25 @@ class HostPool:
     """One scheduler's host pool: its entries, its host recency numbers, its lanes (R129 to
     R132).
 
-    ``entries`` maps each entry's identity to ``PENDING`` or its host recency number;
-    ``pins`` counts the loads in flight reading a resident entry. Numbers only grow, so the
-    resident, unpinned entries in number order are a queue: ``lru`` holds them so (an entry
-    renumbered moves to its end; a pinned one leaves it until its last pin goes, when it gets a
-    new number, R132), and host eviction (R131) takes its first. The operations work on lists
-    of identities at once, which is most of a Mooncake replay's host work.
+    An entry is in exactly one of three places: ``pending`` (its store in flight), ``lru``
+    (resident and unpinned, with its number) or ``pins`` (resident and pinned, with its pin
+    count; ``pinned_numbers`` keeps the number it had). Numbers only grow, so ``lru``, an
+    ordered mapping kept in number order (an entry renumbered moves to its end; a pinned one
+    leaves it until its last pin goes, when it gets a new number, R132), is the host LRU: host
+    eviction (R131) takes its first entries. The operations work on lists of identities at
+    once, which is most of a Mooncake replay's host work.
     """
 
     __slots__ = (
         "block_bytes",
         "capacity",
         "counters",
-        "entries",
         "load_end_us",
         "load_rate",
         "lru",
         "next_number",
+        "pending",
+        "pinned_numbers",
         "pins",
         "rank",
         "store_end_us",
@@ -108,14 +111,30 @@ class HostPool:
         self.load_rate = host.load_bytes_per_s
         self.store_end_us = 0  # R130: the end of the last transfer submitted on the lane
         self.load_end_us = 0
-        self.entries: dict[Identity, int] = {}
+        self.pending: set[Identity] = set()
+        self.lru: OrderedDict[Identity, int] = OrderedDict()
         self.pins: dict[Identity, int] = {}
-        self.lru: OrderedDict[Identity, None] = OrderedDict()
+        self.pinned_numbers: dict[Identity, int] = {}
         self.next_number = 0  # R132: the pool's counter, from 0
         self.counters = HostCounters()
         self.worker = worker
         """Its scheduler's worker (global index) and rank, which the trace's transfers name."""
         self.rank = rank
+
+    @property
+    def entries(self) -> dict[Identity, int]:
+        """Every entry: ``PENDING``, or its host recency number (a view, for checks)."""
+        view = dict.fromkeys(self.pending, PENDING)
+        view.update(self.lru)
+        view.update(self.pinned_numbers)
+        return view
+
+    def __len__(self) -> int:
+        """R129: how many entries the pool holds, pending ones included."""
+        return len(self.pending) + len(self.lru) + len(self.pins)
+
+    def _has_entry(self, identity: Identity) -> bool:
+        return identity in self.lru or identity in self.pending or identity in self.pins
 
     # --- R130: the lanes
 
@@ -143,20 +162,12 @@ class HostPool:
 
     # --- R132: host recency numbers
 
-    def _number(self, identities: list[Identity], *, new: bool = False) -> None:
-        """The entries (resident and unpinned from now) get the pool's next host recency
-        numbers, in the order given (``identities``, each at most once); ``new``: none of them
-        is resident and unpinned already (a store's, a load's last pins)."""
+    def _number(self, identities: list[Identity]) -> None:
+        """The entries, none of them in ``lru`` now, become resident and unpinned with the
+        pool's next host recency numbers, in the order given."""
         first = self.next_number
         self.next_number = first + len(identities)
-        self.entries.update(zip(identities, range(first, self.next_number), strict=False))
-        lru = self.lru
-        if new:
-            lru.update(dict.fromkeys(identities))
-            return
-        move = lru.move_to_end
-        for identity in identities:
-            move(identity)
+        self.lru.update(zip(identities, range(first, self.next_number), strict=False))
 
     # --- R131: stores
 
@@ -166,37 +177,54 @@ class HostPool:
         """R131: a request offers the blocks it registered (``blocks`` in block order, their
         ``identities``); those that take a new pending entry, in block order (the store's).
 
-        The blocks whose identity has an entry when the offer is made are left out
-        (ref-questions Q12); each other block takes a free entry, or a host eviction (the
-        resident, unpinned entry with the smallest number) makes room; when every entry is
-        pending or pinned it and the later ones are skipped (Q4)."""
-        entries = self.entries
-        if entries.keys().isdisjoint(identities):  # the common case: every block is new
+        In block order: a block whose identity has an entry is left out; another takes a free
+        entry, or one host eviction (the resident, unpinned entry with the smallest number)
+        makes room; when every entry is pending or pinned, it and the later offered blocks
+        without an entry are skipped (ref-questions Q4). Whether a block has an entry is judged
+        at its turn (Q12: an earlier block's eviction may have taken it)."""
+        lru, pending, pins = self.lru, self.pending, self.pins
+        if (
+            lru.keys().isdisjoint(identities)
+            and pending.isdisjoint(identities)
+            and (not pins or pins.keys().isdisjoint(identities))
+        ):  # the common case: every block is new, and no eviction can take an offered one
+            room = self.capacity - len(self)
             fresh_blocks, fresh = blocks, identities
-        else:
-            kept = [index for index, identity in enumerate(identities) if identity not in entries]
-            fresh_blocks = [blocks[index] for index in kept]
-            fresh = [identities[index] for index in kept]
-            if not fresh:
-                return [], []
-        room = self.capacity - len(entries)
-        if len(fresh) > room:
-            pop = self.lru.popitem
-            evicted = min(len(fresh) - room, len(self.lru))
-            for _ in range(evicted):
-                del entries[pop(False)[0]]
-            counters = self.counters
-            counters.evictions += evicted
-            taken = room + evicted
-            counters.skipped_blocks += len(fresh) - taken
-            fresh_blocks, fresh = fresh_blocks[:taken], fresh[:taken]
-        entries.update(dict.fromkeys(fresh, PENDING))
-        return fresh_blocks, fresh
+            if len(fresh) > room:
+                evicted = min(len(fresh) - room, len(lru))
+                # R131: the least recent first, popped in C (a deque of length 0 drains it)
+                deque(map(lru.popitem, repeat(False, evicted)), maxlen=0)
+                counters = self.counters
+                counters.evictions += evicted
+                taken = room + evicted
+                counters.skipped_blocks += len(fresh) - taken
+                fresh_blocks, fresh = fresh_blocks[:taken], fresh[:taken]
+            pending.update(fresh)
+            return fresh_blocks, fresh
+        taken_blocks: list[int] = []
+        taken_identities: list[Identity] = []
+        has_entry = self._has_entry
+        for index, identity in enumerate(identities):
+            if has_entry(identity):
+                continue
+            if len(self) >= self.capacity:
+                if not lru:  # every entry pending or pinned: skipped, with the later ones
+                    self.counters.skipped_blocks += sum(
+                        [1 for other in identities[index:] if not has_entry(other)]
+                    )
+                    break
+                lru.popitem(last=False)
+                self.counters.evictions += 1
+            pending.add(identity)
+            taken_blocks.append(blocks[index])
+            taken_identities.append(identity)
+        return taken_blocks, taken_identities
 
     def stored(self, identities: list[Identity]) -> None:
         """R132: a store completes: its entries become resident, numbered from its last block
         to its first."""
-        self._number(identities[::-1], new=True)
+        self.pending.difference_update(identities)
+        self._number(identities[::-1])
 
     # --- R133, R134: lookup, touch, pins and loads
 
@@ -204,12 +232,13 @@ class HostPool:
         """R133: the host run m after a GPU hit of ``hit`` blocks: blocks ``hit`` to ``hit + m
         - 1`` identified with a resident entry (pinned or not), ``hit + m <= most``; a pending
         entry, or none, ends it."""
-        entries = self.entries
-        if not entries:
+        lru, pins = self.lru, self.pins
+        if not lru and not pins:
             return 0
         run = 0
         for block in range(hit, min(most, len(identities))):
-            if entries.get(identities[block], PENDING) == PENDING:
+            identity = identities[block]
+            if identity not in lru and identity not in pins:
                 break
             run += 1
         return run
@@ -228,15 +257,20 @@ class HostPool:
         touched = [identity for identity in named[hit + run :][::-1] if identity in lru]
         touched += [identity for identity in named[:hit][::-1] if identity in lru]
         if touched:
+            for identity in touched:
+                del lru[identity]
             self._number(touched)
 
     def pin(self, identities: list[Identity]) -> None:
-        """R134: each entry of a load's run gets one more pin (a pinned entry is not
-        evictable: it leaves ``lru``)."""
+        """R134: each entry of a load's run (resident) gets one more pin; a pinned entry is
+        not evictable: it leaves ``lru``."""
         pins, lru = self.pins, self.lru
         for identity in identities:
-            pins[identity] = pins.get(identity, 0) + 1
-            lru.pop(identity, None)
+            if identity in pins:
+                pins[identity] += 1
+            else:
+                self.pinned_numbers[identity] = lru.pop(identity)
+                pins[identity] = 1
 
     def loaded(self, identities: list[Identity]) -> None:
         """R132, R134: a load completes: its entries lose a pin each, and those left with none
@@ -249,13 +283,14 @@ class HostPool:
                 pins[identity] = left
             else:
                 del pins[identity]
+                del self.pinned_numbers[identity]
                 freed.append(identity)
         if freed:
-            self._number(freed, new=True)
+            self._number(freed)
 
     def resident_count(self) -> int:
         """How many entries are resident (for checks)."""
-        return sum([1 for number in self.entries.values() if number != PENDING])
+        return len(self.lru) + len(self.pins)
 
 
 @dataclass(slots=True)
