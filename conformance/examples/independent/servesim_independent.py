@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 18 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 18 and the
+issue-28 text of section 19 (R125 to R140: continuing turns and the host KV tier) only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
@@ -8,8 +9,10 @@ profile, the schema versions it reads, section 11's members with R4's checks of 
 section 12's routing members, section 13's members with R4's checks of them, section 15's
 pools with R77's checks and R84's --timing-profile arguments, section 16's style and sglang
 members with R88's checks, and section 17's role, kv_transfer and routing.decode with R97's
-and R99's checks, and section 18's scaling and failures with R110's, R115's and R116's checks),
-so the suite's invalid tier finds that. By default (or with --report-version 9.0) it reads
+and R99's checks, section 18's scaling and failures with R110's, R115's and R116's checks, and
+section 19's kv_cache.host and session_prompts_extend with R129's checks), so the suite's invalid
+tier finds that. With --report-version 10.0 it reads scenarios 1.0 to 1.8 (1.8: section 19's host
+tier) and workloads 1.0 to 1.3 (1.3: continuing turns) and writes report 10.0 (R140, R141). By default (or with --report-version 9.0) it reads
 scenarios 1.0 to 1.7 (1.7: the fleet that changes of section 18, scaling, failures, migration
 and recovery; 1.6: the disaggregated prefill and
 decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
@@ -26,7 +29,7 @@ workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only (R2, R38). It speak
 conformance protocol 5 (exit 3 when a step's shape is outside the profile's coverage, R43;
 timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
 QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md,
-QUESTIONS-disagg.md and QUESTIONS-fleet.md beside it.
+QUESTIONS-disagg.md, QUESTIONS-fleet.md and QUESTIONS-host.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
