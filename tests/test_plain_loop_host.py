@@ -469,6 +469,72 @@ def test_r125_to_r127_the_answer_s_blocks_are_reused_by_the_next_turn(
     assert report["summary"]["kv_cache"]["host"] is None
 
 
+def test_r127_r131_r133_an_answer_block_is_stored_and_loaded_by_the_next_turn(
+    tmp_path: Path,
+) -> None:
+    """GPU 4 blocks, host 8 entries, H = B = 16. T1 (0, prompt 16, hashes 1, 20 out) is
+    continued by T2 (think 5000, prompt 48, hashes 1 2 3): T1's block 1 (output tokens 1 to 16)
+    is identified as (1, (1, 2)) (R127: 32 <= min(16 + 20, 48), 1 < 3). T1: prefill 0-1016
+    (block 0 stored 1016-2016), token n at 1016 + (n - 1) * 1000; block 1 is filled by the step
+    formed at token 16 (16016-17016) and stored 17016-18016 (R131: generated blocks are stored
+    like prompt blocks). T1 ends at 20016 (3 blocks: block 2 free, block 1 release 0, block 0
+    release 1). Y (20500, 48 tokens) takes the 2 free blocks and T1's block 1; stored
+    21548-24548. T2 arrives at 25016: GPU hit 1 (T1's block 0), host run 1 (T1's answer block),
+    a load 25016-26016 (evicting Y's block 2), then 16 tokens 26016-27032 (evicting Y's block 1);
+    its block 2 is stored 27032-28032."""
+    w = workload(
+        request("T1", 0, 16, 20, [1], session="s"),
+        request("Y", 20500, 48, 1, [7, 8, 9]),
+        request("T2", 0, 48, 1, [1, 2, 3], session="s", think_time_us=5000),
+        version="1.3",
+        session_prompts_extend=True,
+        sessions=[{"id": "s"}],
+    )
+    report = ok(tmp_path, scenario(blocks=4), w)
+    assert transfers(report) == [
+        ("store", "T1", [0], 1016, 1016, 2016),
+        ("store", "T1", [1], 17016, 17016, 18016),
+        ("store", "Y", [0, 1, 2], 21548, 21548, 24548),
+        ("load", "T2", [1], 25016, 25016, 26016),
+        ("store", "T2", [2], 27032, 27032, 28032),
+    ]
+    t2 = by_id(report)["T2"]
+    assert (t2["arrival_us"], t2["first_scheduled_us"], t2["token_times_us"]) == (
+        25016,
+        26016,
+        [27032],
+    )
+    assert (t2["reused_prompt_tokens"], t2["host_reused_prompt_tokens"], t2["load_wait_us"]) == (
+        32,
+        16,
+        1000,
+    )
+    assert host_counts(report["workers"][0]["host"]) == (4, 6, 1, 1, 16, 0, 0)
+    assert report["summary"]["kv_cache"]["evictions"] == 3
+
+
+def test_r129_each_rank_has_its_own_host_pool_and_lanes(tmp_path: Path) -> None:
+    """dp_size 2: A and B (both at 0, 32 tokens, hashes 1 2) join ranks 0 and 1 (R80). The pass
+    0-1032 runs both steps; at its end each rank stores its 2 blocks on its own store lane,
+    1032-3032 both (no queueing: ranks share no lane), rank 0's submitted first (rank order,
+    R83). The worker's host is the sum of its ranks' (R140)."""
+    s = scenario()
+    s["fleet"]["dp_size"] = 2
+    w = workload(request("A", 0, 32, 1, [1, 2]), request("B", 0, 32, 1, [1, 2]))
+    report = ok(tmp_path, s, w)
+    assert [
+        (x["rank"], x["request"], x["start_us"], x["end_us"]) for x in report["host_transfers"]
+    ] == [
+        (0, "A", 1032, 3032),
+        (1, "B", 1032, 3032),
+    ]
+    worker = report["workers"][0]
+    assert [host_counts(r["host"]) for r in worker["ranks"]] == [(1, 2, 0, 0, 0, 0, 0)] * 2
+    assert host_counts(worker["host"]) == (2, 4, 0, 0, 0, 0, 0)
+    assert worker["host"]["stored_gigabytes"] == 4 * 16000 / 10**9
+    assert report["pools"][0]["host"] == worker["host"] == report["summary"]["kv_cache"]["host"]
+
+
 def test_r139_disaggregated_stores_at_a_prefill_step_end_and_at_an_activation(
     tmp_path: Path,
 ) -> None:
