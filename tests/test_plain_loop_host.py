@@ -707,11 +707,11 @@ def test_r140_without_a_host_pool_or_without_the_trace(tmp_path: Path) -> None:
 def of_section_19(name: str) -> bool:
     """A case of scenario 1.8 or workload 1.3 (section 13's older ``session-*`` cases are not)."""
     case = GOLDEN / "valid" / name
-    versions = [
+    versions: list[str] = [
         json.loads((case / f"{role}.json").read_text()).get("schema_version")
         for role in ("scenario", "workload")
     ]
-    return versions[0] == "1.8" or versions[1] == "1.3"
+    return versions in (["1.8", versions[1]], [versions[0], "1.3"])
 
 
 #: The valid cases (``golden/valid/session-*`` and ``golden/valid/host-*`` with a DERIVATION.md,
