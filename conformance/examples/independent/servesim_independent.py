@@ -12,7 +12,7 @@ members with R88's checks, and section 17's role, kv_transfer and routing.decode
 and R99's checks, section 18's scaling and failures with R110's, R115's and R116's checks, and
 section 19's kv_cache.host and session_prompts_extend with R129's checks), so the suite's invalid
 tier finds that. With --report-version 10.0 it reads scenarios 1.0 to 1.8 (1.8: section 19's host
-tier) and workloads 1.0 to 1.3 (1.3: continuing turns) and writes report 10.0 (R140, R141). By default (or with --report-version 9.0) it reads
+tier) and workloads 1.0 to 1.3 (1.3: continuing turns) and writes report 10.0 (R140, R141), the current one and the default. With --report-version 9.0 it reads
 scenarios 1.0 to 1.7 (1.7: the fleet that changes of section 18, scaling, failures, migration
 and recovery; 1.6: the disaggregated prefill and
 decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
@@ -21,7 +21,7 @@ and the objectives of section 13; 1.2: the state-aware routing of section 12), w
 to 1.2 (1.2: section 13's sessions; 1.1 and scenario 1.1: the KV cache, prefix caching and
 preemption of section 11) and timing profiles 1.0 and 1.1 (the synthetic_linear, grid and
 regression models), one for every pool or one per pool (--timing-profile POOL=FILE, R84), and
-writes report 9.0, the current one (R123, R124). With --report-version 8.0 it writes report
+writes report 9.0 (R123, R124). With --report-version 8.0 it writes report
 8.0 and reads scenarios up to 1.6; with 7.0 report 7.0 and scenarios up to 1.5; with 6.0
 report 6.0 and scenarios up to 1.4; with 5.0 report 5.0 and scenarios up to 1.3; with 4.0
 report 4.0, scenarios up to 1.2 and workloads up to 1.1; with 3.0 report 3.0, scenarios and
@@ -3944,10 +3944,9 @@ def main(argv=None):
     rp.add_argument(
         "--report-version",
         choices=sorted(READS),
-        default="9.0",
-        help="report 10.0 (R31, R141; reads scenario 1.0 to 1.8 and workload 1.0 to 1.3; the "
-        "default once the repository's reference writes it, issue 30), 9.0 (the default, "
-        "R124; reads scenario 1.0 to 1.7 and workload 1.0 to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; "
+        default="10.0",
+        help="report 10.0 (the default, R31, R141; reads scenario 1.0 to 1.8 and workload 1.0 "
+        "to 1.3), 9.0 (R124; reads scenario 1.0 to 1.7 and workload 1.0 to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; "
         "reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to "
         "1.4 and workload 1.0 to 1.2), 5.0 (reads "
         "scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario 1.0 to 1.2 and "
