@@ -104,7 +104,7 @@ def ok(folder: Path, scenario_doc: Any, workload_doc: Any) -> dict[str, Any]:
     code, error, report = run(folder, scenario_doc, workload_doc)
     assert (code, error) == (0, "")
     assert report is not None
-    assert report["schema_version"] == "9.0"
+    assert report["schema_version"] == "10.0"
     return report
 
 
@@ -507,7 +507,9 @@ def test_r124_a_static_fleet_s_report_9_is_the_migration_of_its_report_8(tmp_pat
     """R124's step 8.0 -> 9.0 on a static fleet: every added member, and nothing else changed
     (the trace entries' cut_us null: no step ends after the last terminal time)."""
     s = scenario({"workers": 2})
-    new = ok(tmp_path, s, TWO)
+    code, _, new = run(tmp_path, s, TWO, "--report-version", "9.0")
+    assert code == 0
+    assert new is not None
     old_s = dict(s, schema_version="1.6")
     code, _, old = run(tmp_path, old_s, TWO, "--report-version", "8.0")
     assert code == 0
@@ -560,8 +562,8 @@ def test_r124_scenario_1_7_needs_report_9(tmp_path: Path) -> None:
 def test_describe_declares_scenario_1_7_and_report_9(capsys: pytest.CaptureFixture[str]) -> None:
     assert PLAIN.main(["replay", "--describe"]) == 0
     described = json.loads(capsys.readouterr().out)
-    assert described["schema_versions"]["report"] == ["9.0"]
-    assert described["schema_versions"]["scenario"][-1] == "1.7"
+    assert described["schema_versions"]["report"] == ["10.0"]  # R141: the default since section 19
+    assert described["schema_versions"]["scenario"][-2:] == ["1.7", "1.8"]
 
 
 def with_scaling(scaling: Any, workers: int = 1) -> dict[str, Any]:
@@ -883,7 +885,7 @@ def test_plain_loop_gives_each_fleet_derivations_expected_values(name: str, tmp_
     code, error = replay_case(PLAIN, case, output)
     assert (code, error) == (0, "")
     report = json.loads(output.read_text())
-    assert report["schema_version"] == "9.0"
+    assert report["schema_version"] == "10.0"
     assert not wrong_values(report, expected)
 
 

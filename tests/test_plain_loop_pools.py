@@ -92,7 +92,7 @@ def test_r83_the_short_rank_waits_at_the_barrier(tmp_path: Path) -> None:
     code, error, report = run(tmp_path, scenario({"workers": 1, "dp_size": 2}), "{}/t.json")
     assert (code, error) == (0, "")
     assert report is not None
-    assert report["schema_version"] == "9.0"  # R124: the default
+    assert report["schema_version"] == "10.0"  # R141: the default
     assert [r["token_times_us"] for r in report["requests"]] == [[1010, 2010], [1010, 2010]]
     assert [(r["pool"], r["rank"]) for r in report["requests"]] == [("default", 0), ("default", 1)]
     worker = report["workers"][0]
