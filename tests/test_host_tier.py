@@ -160,7 +160,7 @@ def d1(t0_output: int = 33) -> dict[str, Any]:
 # --- R125 (H1): continuing turns
 
 
-def test_h1_a_pair_continues_only_when_the_next_list_begins_with_the_full_hashes() -> None:
+def test_r125_a_pair_continues_only_when_the_next_list_begins_with_the_full_hashes() -> None:
     # floor(32 / 16) = 2 full hashed blocks: [1, 2] must begin the next list
     assert continues(turn(32, [1, 2]), turn(80, [1, 2, 3, 4, 5]), 16)
     assert not continues(turn(32, [1, 2]), turn(80, [1, 9, 3, 4, 5]), 16)
@@ -188,7 +188,7 @@ def test_h1_a_pair_continues_only_when_the_next_list_begins_with_the_full_hashes
     assert chains(unflagged) == []
 
 
-def test_h1_the_flag_without_sessions_changes_nothing(tmp_path: Path) -> None:
+def test_r125_the_flag_without_sessions_changes_nothing(tmp_path: Path) -> None:
     # two requests with the lists of D1's turns but no session: R47 alone names their blocks
     requests = (request("a", 0, 32, 33, [1, 2]), request("b", 600, 80, 1, [1, 2, 3, 4, 5]))
     plain = run(tmp_path, scenario(), workload(*requests))
@@ -199,7 +199,7 @@ def test_h1_the_flag_without_sessions_changes_nothing(tmp_path: Path) -> None:
     assert by_id(flagged)["b"]["reused_prompt_tokens"] == 32  # a's blocks 0 and 1 only
 
 
-def test_h1_validate_warns_about_the_flag_without_sessions(tmp_path: Path) -> None:
+def test_r125_validate_warns_about_the_flag_without_sessions(tmp_path: Path) -> None:
     path = tmp_path / "workload.json"
     path.write_text(json.dumps(workload(request("a", 0, 32, 1, [1, 2]), extend=True)))
     done = subprocess.run(
@@ -229,7 +229,7 @@ def test_h1_validate_warns_about_the_flag_without_sessions(tmp_path: Path) -> No
 # --- R126 (H2): canonical hashes
 
 
-def test_h2_a_partial_hashed_block_takes_its_successor_s_hash(tmp_path: Path) -> None:
+def test_r126_a_partial_hashed_block_takes_its_successor_s_hash(tmp_path: Path) -> None:
     # H 32, B 16 (k = 2). t0 P 48 [1, 2]: its hashed block 1 (tokens 32 to 63) is partial, so
     # its canonical hash is t1's (5): t0's engine block 2 is (2, [1, 5]), which is t1's block
     # 2. t0: step [0, 53], registers blocks 0 to 2; t1 arrives at 53 (released, R59), its cap
@@ -248,7 +248,7 @@ def test_h2_a_partial_hashed_block_takes_its_successor_s_hash(tmp_path: Path) ->
     assert plain["t1"]["token_times_us"] == [53 + 5 + 64]
 
 
-def test_h2_canonical_list_of_the_last_turn_is_its_own() -> None:
+def test_r126_canonical_list_of_the_last_turn_is_its_own() -> None:
     # t0 P 40 [1, 2, 3] (hashed block 2 partial), t1 P 80 (every block full), t2 P 90
     # (hashed block 5 partial, no later turn): t0 takes t1's hash 7; t1 and the last turn keep
     # their own lists
@@ -271,7 +271,7 @@ def test_h2_canonical_list_of_the_last_turn_is_its_own() -> None:
 # --- R127 (H3): generated tokens' blocks
 
 
-def test_h3_next_turn_reuses_the_answer_s_full_blocks(tmp_path: Path) -> None:
+def test_r127_next_turn_reuses_the_answer_s_full_blocks(tmp_path: Path) -> None:
     # D1 (draft): t0's blocks 2 and 3 are (2, [1,2,3]) and (3, [1,2,3,4]), filled in its decode
     # steps 16 (ending 277) and 32 (ending 517, its last); t1 arrives at 517, hits 4 blocks
     # (64 tokens), prefills 16: [517, 538], TTFT 21; 34 steps, peak 5 blocks, no eviction
@@ -303,7 +303,7 @@ def test_h3_next_turn_reuses_the_answer_s_full_blocks(tmp_path: Path) -> None:
     assert requests["t1"]["token_times_us"] == [426]
 
 
-def test_h3_the_last_output_token_s_block_is_never_filled(tmp_path: Path) -> None:
+def test_r127_the_last_output_token_s_block_is_never_filled(tmp_path: Path) -> None:
     # t0 with 16 tokens: its last decode step (15th) leaves it 47 cached tokens: block 2 never
     # filled; completion 37 + 15 * 15 = 262, t1 reuses 32, prefills 48: [262, 315]
     requests = by_id(run(tmp_path, scenario(), d1(16)))
@@ -321,7 +321,7 @@ def test_h3_the_last_output_token_s_block_is_never_filled(tmp_path: Path) -> Non
     assert requests["t1"]["token_times_us"] == [359]
 
 
-def test_h3_a_preempted_turn_reuses_its_own_answer(tmp_path: Path) -> None:
+def test_r127_a_preempted_turn_reuses_its_own_answer(tmp_path: Path) -> None:
     # 6 GPU blocks. Z (P 16, no hashes, 19 tokens) is admitted with t0 (D1's), before it:
     # step [0, 53]; decode steps i = 1.. last 25 µs. At the end of step 16 (453) t0 has 48
     # cached tokens and registers its block 2 (R127). Forming step 17 at 453: Z takes the last
@@ -364,7 +364,7 @@ def test_h3_a_preempted_turn_reuses_its_own_answer(tmp_path: Path) -> None:
 # --- R128 (H4): what does not change
 
 
-def test_h4_without_the_flag_the_report_is_the_migrated_8_0_report(tmp_path: Path) -> None:
+def test_r128_without_the_flag_the_report_is_the_migrated_9_0_report(tmp_path: Path) -> None:
     # (report 9.0 -> 10.0 now, R141.) D1's session without the flag: t1 hits t0's prompt
     # blocks only (32 tokens), its step [517, 570], TTFT 53 (D1's note); and the report's
     # section 19 members are exactly what R141's step adds to a report without them
@@ -394,7 +394,7 @@ def test_h4_without_the_flag_the_report_is_the_migrated_8_0_report(tmp_path: Pat
         assert report_9_0_to_10_0(stripped) == report
 
 
-def test_h4_a_turn_outside_every_chain_is_named_by_r47(tmp_path: Path) -> None:
+def test_r128_a_turn_outside_every_chain_is_named_by_r47(tmp_path: Path) -> None:
     # D1 with t1's list not beginning with [1, 2] (draft case 5): no pair, t1 reuses 16
     documents = d1()
     documents["requests"][1]["prefix_hashes"] = [1, 9, 3, 4, 5]
@@ -434,7 +434,7 @@ def problems(tmp_path: Path, document: dict[str, Any]) -> list[str]:
     return [line.strip() for line in done.stderr.splitlines()[1:]]
 
 
-def test_h5_host_needs_prefix_caching_and_the_vllm_style(tmp_path: Path) -> None:
+def test_r129_host_needs_prefix_caching_and_the_vllm_style(tmp_path: Path) -> None:
     assert problems(tmp_path, scenario(8, HOST)) == []
     document = scenario(8, HOST)
     document["kv_cache"]["prefix_caching"] = False
@@ -488,7 +488,7 @@ def test_h5_host_needs_prefix_caching_and_the_vllm_style(tmp_path: Path) -> None
     assert problems(tmp_path, document) == []
 
 
-def test_h5_bounds_are_the_schema_s(tmp_path: Path) -> None:
+def test_r129_bounds_are_the_schema_s(tmp_path: Path) -> None:
     largest = {
         "blocks": 2**32 - 1,
         "bytes_per_token": 2**32 - 1,
@@ -533,7 +533,7 @@ def transfer(kind: str, host_pool: HostPool, blocks: int, submitted: int) -> Hos
     )
 
 
-def test_h6_transfer_time_rounds_up_in_exact_integers() -> None:
+def test_r130_transfer_time_rounds_up_in_exact_integers() -> None:
     # 4 blocks of 16,000 bytes at 3 * 10^9 B/s: ceil(64,000,000,000 / 3,000,000,000) = 22 µs
     host_pool = pool({**HOST, "load_bytes_per_s": 3_000_000_000})
     load = transfer("load", host_pool, 4, 100)
@@ -557,7 +557,7 @@ def test_h6_transfer_time_rounds_up_in_exact_integers() -> None:
     assert numerator % (2**53 - 1) != 0
 
 
-def test_h6_a_store_waits_for_the_lane(tmp_path: Path) -> None:
+def test_r130_a_store_waits_for_the_lane(tmp_path: Path) -> None:
     # D3: A's store of 4 blocks [69, 709] (160 µs a block); B's, submitted at 138, starts at
     # 709, ends 1349; X's, submitted at 317, starts 1349, ends 2469; the load lane is apart:
     # C1's load [800, 832]
@@ -584,7 +584,7 @@ def d3() -> dict[str, Any]:
     )
 
 
-def test_h6_a_transfer_ending_after_2_53_is_found_at_submission(tmp_path: Path) -> None:
+def test_r130_a_transfer_ending_after_2_53_is_found_at_submission(tmp_path: Path) -> None:
     # 1 B/s: A's store of 4 blocks of 16 * (2^32 - 1) bytes lasts 2.7 * 10^17 µs > 2^53 - 1:
     # R6's error when A's step ends at 69 (exit 2, nothing written), also under a stop time
     host = {**HOST, "bytes_per_token": 2**32 - 1, "store_bytes_per_s": 1}
@@ -601,7 +601,7 @@ def test_h6_a_transfer_ending_after_2_53_is_found_at_submission(tmp_path: Path) 
 # --- R131 (H7): storing
 
 
-def test_h7_a_step_writes_through_what_it_registered(tmp_path: Path) -> None:
+def test_r131_a_step_writes_through_what_it_registered(tmp_path: Path) -> None:
     # draft case 10: A (P 64, 2 tokens): step [0, 69] registers 4 blocks, stored [69, 133]
     # (16 µs a block); its decode step [69, 84] registers nothing: one store
     report = run(tmp_path, scenario(8, HOST), workload(request("A", 0, 64, 2, [1, 2, 3, 4])))
@@ -623,7 +623,7 @@ def test_h7_a_step_writes_through_what_it_registered(tmp_path: Path) -> None:
     assert by_id(report)["A"]["load_wait_us"] == 0
 
 
-def test_h7_blocks_with_an_entry_are_left_out(tmp_path: Path) -> None:
+def test_r131_blocks_with_an_entry_are_left_out(tmp_path: Path) -> None:
     # D3's C2 at 985 offers its blocks 0 to 4: blocks 0 to 3 have B's (pending) entries and are
     # left out; block 4 takes A's block 3's entry (host eviction 1): a store of [4]
     report = run(tmp_path, scenario(8, {**HOST, "store_bytes_per_s": 100_000_000}), d3())
@@ -655,7 +655,7 @@ def test_h7_blocks_with_an_entry_are_left_out(tmp_path: Path) -> None:
     assert (c["first_scheduled_us"], c["token_times_us"], c["load_wait_us"]) == (324, [345], 24)
 
 
-def test_h7_an_entry_is_looked_for_at_each_block_s_turn() -> None:
+def test_r131_an_entry_is_looked_for_at_each_block_s_turn() -> None:
     # (reading, ref-questions Q12) host 2 entries, resident 5 (number 0) and 6 (number 1): an
     # offer of [7, 5] stores 7 by evicting 5 (the least recent), then finds 5 without an entry
     # at its turn and stores it too, by evicting 6
@@ -668,7 +668,7 @@ def test_h7_an_entry_is_looked_for_at_each_block_s_turn() -> None:
     assert host_pool.counters.evictions == 2
 
 
-def test_h7_a_full_pool_of_pending_entries_skips_blocks(tmp_path: Path) -> None:
+def test_r131_a_full_pool_of_pending_entries_skips_blocks(tmp_path: Path) -> None:
     # draft case 18: host 2 entries, 16,000 µs a block: A's step end offers 4 blocks; 0 and 1
     # take entries, 2 and 3 are skipped (every entry pending); one store of 2 blocks
     report = run(
@@ -711,7 +711,7 @@ def disaggregated(host_on: str, decode_blocks: int = 64) -> dict[str, Any]:
     return document
 
 
-def test_h7_activation_stores_the_blocks_it_registers(tmp_path: Path) -> None:
+def test_r131_activation_stores_the_blocks_it_registers(tmp_path: Path) -> None:
     # A (P 64, [1,2,3,4], 3 tokens) on a prefill pool then a decode pool with a host pool. The
     # prefill step [0, 69] ends; A is held, reserved on the decode side at 69 (hit 0), its
     # transfer of 64 tokens (64,000 bytes at 10^9 B/s) lasts 64 µs: activated at 133, where it
@@ -735,7 +735,7 @@ def test_h7_activation_stores_the_blocks_it_registers(tmp_path: Path) -> None:
 # --- R132 (H8): residency and host recency
 
 
-def test_h8_host_lru_evicts_the_deepest_block_first() -> None:
+def test_r132_host_lru_evicts_the_deepest_block_first() -> None:
     # draft case 16 at the pool: A's 4 blocks (identities 10 to 13) stored and resident get
     # numbers 0 to 3 from block 3 to block 0; B's 4 new blocks evict A's 3, 2, 1, 0 in order
     host_pool = pool({**HOST, "blocks": 4})
@@ -754,7 +754,7 @@ def test_h8_host_lru_evicts_the_deepest_block_first() -> None:
     assert host_pool.counters.skipped_blocks == 1
 
 
-def test_h8_a_touch_changes_the_victim() -> None:
+def test_r132_a_touch_changes_the_victim() -> None:
     # draft case 17 at the pool: a request whose GPU hit is A's blocks 0 and 1 (no run)
     # touches A's entries 1 and 0 (numbers 4 and 5, last block first): a later store of 2
     # blocks evicts A's entries 3 and 2
@@ -792,7 +792,7 @@ def test_h8_a_touch_changes_the_victim() -> None:
 # --- R133 (H9): lookup at admission
 
 
-def test_h9_a_pending_entry_ends_the_host_run(tmp_path: Path) -> None:
+def test_r133_a_pending_entry_ends_the_host_run(tmp_path: Path) -> None:
     # D3: C2 at 900 finds B's entries pending (B's store ends at 1349): m = 0, it computes its
     # 80 tokens: [900, 985], TTFT 85, no load wait; C1 at 800 found A's resident: m = 4
     report = run(tmp_path, scenario(8, {**HOST, "store_bytes_per_s": 100_000_000}), d3())
@@ -803,7 +803,7 @@ def test_h9_a_pending_entry_ends_the_host_run(tmp_path: Path) -> None:
     assert report["workers"][0]["host"]["loads"] == 1
 
 
-def test_h9_a_full_gpu_hit_needs_no_load(tmp_path: Path) -> None:
+def test_r133_a_full_gpu_hit_needs_no_load(tmp_path: Path) -> None:
     # draft case 12: D2 without X: C's GPU hit is 4 blocks (the cap), m 0, step [300, 321];
     # no load; C's block 4 is stored [321, 337]
     report = run(
@@ -820,9 +820,9 @@ def test_h9_a_full_gpu_hit_needs_no_load(tmp_path: Path) -> None:
     ]
 
 
-def test_h9_the_run_is_capped_so_one_token_is_computed(tmp_path: Path) -> None:
+def test_r133_the_run_is_capped_so_one_token_is_computed(tmp_path: Path) -> None:
     # D2: C (L 80) may reuse at most floor(79 / 16) = 4 blocks: g 0, m 4, 16 tokens computed;
-    # with C of P 64 (the same 4 hashes) the cap is 3 (test_h7_blocks_with_an_entry_are_left_out)
+    # with C of P 64 (the same 4 hashes) the cap is 3 (test_r131_blocks_with_an_entry_are_left_out)
     report = run(tmp_path, scenario(8, HOST), d2())
     (load,) = [t for t in report["host_transfers"] if t["kind"] == "load"]
     assert load["blocks"] == [0, 1, 2, 3]
@@ -832,7 +832,7 @@ def test_h9_the_run_is_capped_so_one_token_is_computed(tmp_path: Path) -> None:
 # --- R134 (H10): loading
 
 
-def test_h10_a_loading_request_holds_a_seat_and_its_blocks(tmp_path: Path) -> None:
+def test_r134_a_loading_request_holds_a_seat_and_its_blocks(tmp_path: Path) -> None:
     # draft case 22: D2 with max_num_seqs 1 and E (P 16, no hashes) arriving at 300 after C:
     # at 300 C starts its load (0 running + 0 loading < 1); E is not offered (C's seat).
     # 332: C joins, [332, 353]; E is refused (C runs); 353: E admitted, [353, 374]
@@ -848,7 +848,7 @@ def test_h10_a_loading_request_holds_a_seat_and_its_blocks(tmp_path: Path) -> No
     assert report["trace"][2]["kv_blocks_in_use"] == 5  # C's step at 332: 4 loaded + 1
 
 
-def test_h10_two_requests_load_the_same_entries(tmp_path: Path) -> None:
+def test_r134_two_requests_load_the_same_entries(tmp_path: Path) -> None:
     # draft case 21, GPU 16: A stored [69, 133]; X (P 250, no hashes, 16 blocks) [140, 395]
     # evicts A's 4 blocks; C and C2 (C's prompt) arrive at 400: both miss the GPU and load A's
     # entries (pins 2): C [400, 432], C2 queued [432, 464]. 432: C joins, [432, 453]; 464: C2's
@@ -881,7 +881,7 @@ def test_h10_two_requests_load_the_same_entries(tmp_path: Path) -> None:
 # --- R135 (H11): joining the running list
 
 
-def test_h11_a_loaded_request_joins_at_the_next_step_formed(tmp_path: Path) -> None:
+def test_r135_a_loaded_request_joins_at_the_next_step_formed(tmp_path: Path) -> None:
     # D2 with Z (P 16, no hashes, 30 tokens) at 280: Z [280, 301]; at 301 Z decodes (evicting
     # X's block 6) and C (arrived at 300) starts its load [301, 333] (evicting X's 5 to 2); Z's
     # decode steps of 15 µs run on (a run: 316, 331, 346, ...); C's load completes at 333,
@@ -896,7 +896,7 @@ def test_h11_a_loaded_request_joins_at_the_next_step_formed(tmp_path: Path) -> N
     assert (step["decode_requests"], step["prefill"]) == (["Z"], [{"id": "C", "tokens": 16}])
 
 
-def test_h11_first_scheduled_is_the_joining_step(tmp_path: Path) -> None:
+def test_r135_first_scheduled_is_the_joining_step(tmp_path: Path) -> None:
     # D2: C arrives at 300, starts its load then, joins at 332: first scheduled 332, queue 32
     c = by_id(run(tmp_path, scenario(8, HOST), d2()))["C"]
     assert (c["first_scheduled_us"], c["queue_us"], c["ttft_us"]) == (332, 32, 53)
@@ -905,7 +905,7 @@ def test_h11_first_scheduled_is_the_joining_step(tmp_path: Path) -> None:
 # --- R136 (H12): events
 
 
-def test_h12_a_load_ending_at_a_pass_end_joins_that_instant_s_step(tmp_path: Path) -> None:
+def test_r136_a_load_ending_at_a_pass_end_joins_that_instant_s_step(tmp_path: Path) -> None:
     # draft case 23: D2 with W (P 27, no hashes, 3 tokens) at 300 after C: C starts its load
     # [300, 332] (X's blocks 6, 5, 4 evicted), W is admitted (2 blocks: X's 3, 2 evicted) and
     # runs [300, 332]; at 332 the load completes first (W's step is in flight), then W's step; the
@@ -917,7 +917,7 @@ def test_h12_a_load_ending_at_a_pass_end_joins_that_instant_s_step(tmp_path: Pat
     assert (step["decode_requests"], step["prefill"]) == (["W"], [{"id": "C", "tokens": 16}])
 
 
-def test_h12_a_store_completing_at_a_step_end_is_evictable_by_its_stores(
+def test_r136_a_store_completing_at_a_step_end_is_evictable_by_its_stores(
     tmp_path: Path,
 ) -> None:
     # host 4 entries: A [0, 69], stored [69, 133]; B (P 59, [5,6,7,8]) at 60: [69, 133]. At
@@ -937,7 +937,7 @@ def test_h12_a_store_completing_at_a_step_end_is_evictable_by_its_stores(
 # --- R137 (H13): reuse
 
 
-def test_h13_reuse_per_tier_sums_to_the_request_s_reuse(tmp_path: Path) -> None:
+def test_r137_reuse_per_tier_sums_to_the_request_s_reuse(tmp_path: Path) -> None:
     # draft case 13: D2 with X of P 96 (6 blocks: 4 free, A's blocks 3 and 2 evicted),
     # [140, 241]. C at 300: g 2 (A's blocks 0, 1), m 2: a load of 2 blocks [300, 316]; C joins
     # at 316 (64 cached), [316, 337]: reused 64, of which 32 from the host
@@ -954,7 +954,7 @@ def test_h13_reuse_per_tier_sums_to_the_request_s_reuse(tmp_path: Path) -> None:
     assert report["workers"][0]["kv_cache"]["reused_tokens"] == 64
 
 
-def test_h13_preemption_with_a_host_tier_loads_at_readmission(tmp_path: Path) -> None:
+def test_r137_preemption_with_a_host_tier_loads_at_readmission(tmp_path: Path) -> None:
     # GPU 6: R (P 16, no hashes, 50 tokens) then V (P 32, [1, 2], 40 tokens), both at 0:
     # [0, 53]; V's blocks 0, 1 stored [53, 85]. Decode steps of 25 µs to 453; forming step 17
     # R takes the last free block and V is its own victim (blocks 0, 1 cached, block 2 free).
@@ -979,7 +979,7 @@ def test_h13_preemption_with_a_host_tier_loads_at_readmission(tmp_path: Path) ->
 # --- R138 (H14): a step without a token
 
 
-def test_h14_a_step_without_a_token_is_not_started(tmp_path: Path) -> None:
+def test_r138_a_step_without_a_token_is_not_started(tmp_path: Path) -> None:
     # D2: the step formed at 300 starts C's load and has no token: not started, counted or
     # traced: 3 steps, busy 69 + 125 + 21 = 215
     report = run(tmp_path, scenario(8, HOST), d2())
@@ -988,7 +988,7 @@ def test_h14_a_step_without_a_token_is_not_started(tmp_path: Path) -> None:
     assert [entry["start_us"] for entry in report["trace"]] == [0, 140, 332]
 
 
-def test_h14_a_self_preemption_behind_loading_requests_is_live(tmp_path: Path) -> None:
+def test_r138_a_self_preemption_behind_loading_requests_is_live(tmp_path: Path) -> None:
     # draft case 24 (times of its own). GPU 8: A [0, 69] stored [69, 133]; B (P 64, [5,6,7,8])
     # at 1: [69, 138], stored [138, 202]; Y (P 120, no hashes) at 210 evicts all 8: [210, 335].
     # C ([1,2,3,4,5]) and D ([5,6,7,8,9]), P 80, at 400: C loads [400, 432], D [432, 464]; no
@@ -1022,7 +1022,7 @@ def test_h14_a_self_preemption_behind_loading_requests_is_live(tmp_path: Path) -
 # --- R139 (H15): stop time and disaggregation
 
 
-def test_h15_a_stop_during_a_load_cuts_the_request_off(tmp_path: Path) -> None:
+def test_r139_a_stop_during_a_load_cuts_the_request_off(tmp_path: Path) -> None:
     # D2 stopped at 320: C's load [300, 332] is in flight: C is cut off, its load counts as
     # submitted, and its load_wait_us is 0; the trace lists it with the end it would have had
     document = scenario(8, HOST)
@@ -1038,7 +1038,7 @@ def test_h15_a_stop_during_a_load_cuts_the_request_off(tmp_path: Path) -> None:
     assert (c["outcome"], c["first_scheduled_us"], c["load_wait_us"]) == ("cut_off", None, 32)
 
 
-def test_h15_decode_recompute_loads_on_the_decode_side(tmp_path: Path) -> None:
+def test_r139_decode_recompute_loads_on_the_decode_side(tmp_path: Path) -> None:
     # decode pool of 6 blocks with a host pool (the prefill pool has none). R (P 16, no
     # hashes, 60 tokens) and V (P 32, [1, 2], 40 tokens) at 0: prefilled together [0, 53];
     # transfers of 16 and 32 µs: R activated at 69 (decode steps [69, 84], [84, 99]), V Ready
@@ -1070,7 +1070,7 @@ def test_h15_decode_recompute_loads_on_the_decode_side(tmp_path: Path) -> None:
 # --- R140 (H16): the report
 
 
-def test_h16_host_counters_add_up_over_ranks_workers_and_pools(tmp_path: Path) -> None:
+def test_r140_host_counters_add_up_over_ranks_workers_and_pools(tmp_path: Path) -> None:
     # two pools: "a" 2 workers of 2 ranks with a host pool, "b" 1 worker without; requests
     # spread by round robin; every level's counts are its parts' sums and its gigabytes one
     # R24 quotient of its summed blocks' bytes
@@ -1113,7 +1113,7 @@ def test_h16_host_counters_add_up_over_ranks_workers_and_pools(tmp_path: Path) -
     assert a["host"]["loaded_gigabytes"] == a["host"]["loaded_blocks"] * 16_000 / 10**9
 
 
-def test_h16_load_wait_includes_lane_queueing(tmp_path: Path) -> None:
+def test_r140_load_wait_includes_lane_queueing(tmp_path: Path) -> None:
     # test_h14's D: its load was submitted at 400 and queued behind C's (start 432, end 464):
     # load_wait_us 64, of which 32 in the lane's queue; its queue_us counts from its arrival
     # to its first step, 464
@@ -1134,7 +1134,7 @@ def test_h16_load_wait_includes_lane_queueing(tmp_path: Path) -> None:
     assert (load["submitted_us"], load["start_us"], load["end_us"]) == (400, 432, 464)
 
 
-def test_h16_host_transfers_are_listed_only_with_the_trace(tmp_path: Path) -> None:
+def test_r140_host_transfers_are_listed_only_with_the_trace(tmp_path: Path) -> None:
     assert run(tmp_path, scenario(8, HOST), d2(), trace=False)["host_transfers"] is None
     assert len(run(tmp_path, scenario(8, HOST), d2())["host_transfers"]) == 4
     assert run(tmp_path, scenario(8), d2())["host_transfers"] == []
