@@ -31,7 +31,7 @@ UNCOVERED = [case for case in CORPUS.cases if case.expectation is Expect.OUT_OF_
 INVALID = [case for case in CORPUS.cases if not case.valid]
 #: Rules about servesim's own tools and schema releases, not about what a replay must do; the
 #: evolution tests check them (SPEC.md section 9), and the tools' own tests the others (R44
-#: calibration, R65 the Mooncake importer's sessions, R74 to R76 servesim profile aic).
+#: calibration, R65 and R142 the Mooncake importer's sessions, R74 to R76 servesim profile aic).
 TOOL_RULES = {"R33", "R34", "R35", "R36", "R37", "R39", "R44", "R65", "R74", "R75", "R76", "R142"}
 #: SPEC.md section 14: the harness's own contract, which the harness tests check (a golden case
 #: is run by the harness, it does not exercise it).

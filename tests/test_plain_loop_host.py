@@ -206,7 +206,10 @@ def test_r141_every_old_case_s_report_10_is_the_migration_of_its_report_9(
     code, error = replay_case(PLAIN, case, output, "--report-version", "9.0")
     assert (code, error) == (0, "")
     older = json.loads(output.read_text())
-    assert rfc8785.dumps(migrate_9_to_10(older)) + b"\n" == (case / "expected-report.json").read_bytes()
+    assert (
+        rfc8785.dumps(migrate_9_to_10(older)) + b"\n"
+        == (case / "expected-report.json").read_bytes()
+    )
 
 
 # ---- Hand-derived scenarios ----
