@@ -41,7 +41,7 @@ def _validate(tmp_path: Path, document: dict[str, Any]) -> tuple[Path, Any]:
     return path, run_servesim("validate", path)
 
 
-def test_h1_validate_warns_about_the_flag_without_sessions(tmp_path: Path) -> None:
+def test_r33_validate_warns_about_the_flag_without_sessions(tmp_path: Path) -> None:
     """R33, R125: session_prompts_extend: true without sessions is valid and means nothing;
     validate says so on standard error and exits 0."""
     path, result = _validate(tmp_path, _workload(session_prompts_extend=True))

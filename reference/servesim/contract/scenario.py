@@ -10,6 +10,7 @@ from typing import Any
 
 from servesim.contract.errors import InputProblem
 from servesim.contract.fleet_checks import fleet_change_problems
+from servesim.contract.host_checks import host_problems
 from servesim.contract.model import (
     DEFAULT_POOL,
     Autoscale,
@@ -56,6 +57,7 @@ def scenario_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     problems.extend(
         InputProblem(file, where, reason) for where, reason in fleet_change_problems(value)
     )
+    problems.extend(InputProblem(file, where, reason) for where, reason in host_problems(value))
     return problems
 
 

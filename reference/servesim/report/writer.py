@@ -804,6 +804,7 @@ def report_chunks(
                 summary["kv_cache"]["reused_prompt_tokens"],
                 summary["prompt_tokens"],
                 pool_entries,
+                pools,
             )
         )
     fates = {} if fleet is None else fleet.fates
