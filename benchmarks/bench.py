@@ -9,6 +9,7 @@
     python benchmarks/bench.py --only styles  # scheduler styles (bench_styles.py)
     python benchmarks/bench.py --only disagg  # disaggregated prefill and decode (bench_disagg.py)
     python benchmarks/bench.py --only fleet  # scaling and failures (bench_fleet.py)
+    python benchmarks/bench.py --only host  # multi-turn reuse, host KV tier (bench_host.py)
 
 The real traces are read from SERVESIM_TRACES (or --traces), by default the copies shipped in
 benchmarks/traces/ (their sources and licences: benchmarks/traces/README.md); the shipped ones
@@ -658,6 +659,55 @@ def fleet_section(folder: Path, limit: int | None) -> None:
     section(workload, scenario(16), replay)
 
 
+def imported(folder: Path, name: str, arguments: Sequence[str]) -> dict[str, Any]:
+    """``servesim import ARGUMENTS`` into ``folder/name.json``, read back."""
+    output = folder / f"{name}.json"
+    command = [sys.executable, "-m", "servesim_cli", "import", *arguments, "-o", str(output)]
+    subprocess.run(command, check=True, capture_output=True)
+    workload: dict[str, Any] = json.loads(output.read_text())
+    return workload
+
+
+def host_section(folder: Path, limit: int | None) -> None:
+    """The multi-turn reuse and host tier section (benchmarks/bench_host.py): the WEKA sessions
+    and the Mooncake trace with inferred sessions, without and with session_prompts_extend,
+    and with host pools of several sizes. ``limit`` (the short run) takes a few WEKA files and
+    the first Mooncake lines."""
+    import bench_host
+
+    print("\n== multi-turn reuse and a host KV tier (issue 28) ==")
+    sessions = SOURCES["mooncake"].parents[1] / "weka_agentic_sessions"
+    names = bench_host.WEKA_SHORT if limit else sorted(p.name for p in sessions.glob("trace_*"))
+    files = [str(sessions / name) for name in names]
+    stagger = ["--stagger", str(bench_host.WEKA_STAGGER_S)]
+    weka = imported(folder, "weka-sessions", ["weka", *files, *stagger])
+    head = ["--limit", str(bench_host.MOONCAKE_SHORT)] if limit else []
+    mooncake = imported(
+        folder,
+        "mooncake-inferred",
+        ["mooncake", str(SOURCES["mooncake"]), "--infer-sessions", *head],
+    )
+    workloads = [
+        (bench_host.WEKA, f"weka ({len(names)} files)", weka),
+        (bench_host.MOONCAKE, "mooncake, inferred sessions", mooncake),
+    ]
+
+    def replay(
+        tag: str, name: str, workload: dict[str, Any], setup: dict[str, Any]
+    ) -> dict[str, Any]:
+        figures = run(folder, name, workload, 0, trace=False, setup=(tag, setup))
+        report = figures.pop("report")
+        output = report.with_suffix(".figures.json")
+        script = [sys.executable, str(Path(bench_host.__file__)), str(report), str(output)]
+        subprocess.run(script, check=True)
+        figures["report"] = json.loads(output.read_text())
+        output.unlink()
+        report.unlink()
+        return figures
+
+    bench_host.host_section(workloads, scenario(16), replay, 1 if limit else 3)
+
+
 def arrivals_of(report: Path) -> list[int]:
     """Each request's ``arrival_us`` in a report, read in a child process: parsing a 48 MB
     report here would raise this process's peak RSS, which every child started after it
@@ -729,11 +779,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["kv", "routing", "sessions", "pools", "styles", "disagg", "fleet"],
+        choices=["kv", "routing", "sessions", "pools", "styles", "disagg", "fleet", "host"],
         help="measure only this section (kv: the KV cache, issue 10; routing: state-aware "
         "routing, issue 11; sessions: closed loop and stop time, issue 13; pools: pools and "
         "attention-DP ranks, issue 23; styles: scheduler styles, issue 24; disagg: disaggregated "
-        "prefill and decode, issue 26; fleet: scaling and failures, issue 27)",
+        "prefill and decode, issue 26; fleet: scaling and failures, issue 27; host: multi-turn "
+        "reuse and a host KV tier, issue 28)",
     )
     arguments = parser.parse_args()
     if arguments.implementation:
@@ -784,6 +835,9 @@ def main() -> int:
             return 0
         if arguments.only == "fleet":
             fleet_section(folder, limit)
+            return 0
+        if arguments.only == "host":
+            host_section(folder, limit)
             return 0
         print("\n== real traces ==")
         for source in SOURCES:
@@ -838,6 +892,7 @@ def main() -> int:
         styles_section(folder, limit)
         disagg_section(folder, limit)
         fleet_section(folder, limit)
+        host_section(folder, limit)
         print("\n== Vidur-like workload, end to end (issue 15) ==")
         vidur_section(
             folder, short=arguments.short, plain_loop=[str(PLAIN_LOOP), *PLAIN_LOOP_REPORT]

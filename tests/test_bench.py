@@ -470,3 +470,113 @@ def test_a_closed_loop_replays_as_the_open_loop_at_its_arrivals() -> None:
     assert twin["requests"] == closed["requests"]
     assert twin["workers"] == closed["workers"]
     assert twin["summary"] == closed["summary"]
+
+
+# --- multi-turn reuse and the host tier (benchmarks/bench_host.py, issue 28) ------------------
+
+bench_host = load_module("bench_host", REPO / "benchmarks" / "bench_host.py")
+
+
+def _answered(rid: str, session: str | None, ttft: int | None, wait: int | None = None) -> Any:
+    return {"id": rid, "session": session, "ttft_us": ttft, "load_wait_us": wait}
+
+
+def test_the_later_turns_are_a_session_s_turns_after_its_first() -> None:
+    """Turns are counted in report (workload) order per session (R59); a request without a
+    session is no later turn; a request without a TTFT (rejected) still takes its turn."""
+    report = {
+        "requests": [
+            _answered("a0", "a", 100),
+            _answered("b0", "b", 7),
+            _answered("x", None, 5),
+            _answered("a1", "a", 40, 12),
+            _answered("b1", "b", None),
+            _answered("b2", "b", 30, 0),
+            _answered("a2", "a", 20, 8),
+        ],
+        "summary": {"kv_cache": {"prefix_reuse_ratio": 0.5}},
+    }
+    figures = bench_host.report_figures(report)
+    assert figures["later_turns"] == 3  # a1, b2, a2 (b1 has no TTFT)
+    assert figures["sessions"] == 2
+    assert (figures["later_ttft_p50_us"], figures["later_ttft_p99_us"]) == (30, 40)
+    assert (figures["all_ttft_p50_us"], figures["all_ttft_p90_us"]) == (20, 100)
+    assert (figures["loading_requests"], figures["load_wait_p50_us"]) == (2, 8)
+    assert figures["kv_cache"] == {"prefix_reuse_ratio": 0.5}
+
+
+def test_r27_s_nearest_rank_is_the_bench_s_percentile() -> None:
+    samples = [5, 1, 4, 2, 3]
+    assert [bench_host.percentile(samples, p) for p in (50, 90, 99)] == [3, 5, 5]
+    assert bench_host.percentile([], 50) is None
+
+
+def test_the_flag_is_set_and_removed_with_the_workload_version() -> None:
+    workload = {"document": "workload", "schema_version": "1.2", "sessions": [], "requests": []}
+    on = bench_host.extending(workload, True)
+    assert (on["schema_version"], on["session_prompts_extend"]) == ("1.3", True)
+    off = bench_host.extending(on, False)
+    assert off == workload
+
+
+def test_the_host_scenarios_are_valid_scenarios_1_8() -> None:
+    for fleet in (bench_host.WEKA, bench_host.MOONCAKE):
+        gpu = bench_host.fleet_scenario(bench_scenario(16), fleet)
+        assert load_document(json.dumps(gpu).encode(), "s.json", "scenario").version == "1.2"
+        for multiple in bench_host.HOST_MULTIPLES:
+            blocks = multiple * fleet.gpu_blocks
+            scenario = bench_host.fleet_scenario(bench_scenario(16), fleet, blocks)
+            document = load_document(json.dumps(scenario).encode(), "s.json", "scenario")
+            assert document.version == "1.8"
+            assert scenario["kv_cache"]["host"]["blocks"] == blocks
+            assert scenario["fleet"] == {"workers": fleet.workers}
+
+
+def test_the_host_section_compares_each_pool_with_gpu_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    seen: list[tuple[str, str, bool, int | None]] = []
+
+    def replay(
+        tag: str, name: str, workload: dict[str, Any], scenario: dict[str, Any]
+    ) -> dict[str, Any]:
+        host = scenario["kv_cache"].get("host")
+        flag = workload.get("session_prompts_extend", False)
+        seen.append((tag, name, flag, host and host["blocks"]))
+        kv = {"prefix_reuse_ratio": 0.5 if flag else 0.25, "gpu_reuse_ratio": 0.5}
+        if host:
+            kv |= {"host_reuse_ratio": 0.125, "host": {"loads": 3, "evictions": 2}}
+        report = {
+            "kv_cache": kv,
+            "later_turns": 4,
+            **{f"{k}_ttft_p{p}_us": 1000 * p for k in ("all", "later") for p in (50, 90, 99)},
+        }
+        cpu = 2.0 if host is None else 1.0 + host["blocks"] / 4096
+        return {"cpu_s": cpu, "wall_s": cpu, "report": report}
+
+    workload = {"document": "workload", "schema_version": "1.2", "sessions": [{"id": "s"}]}
+    workload["requests"] = [{**_request(10, 2), "session": "s"}]
+    bench_host.host_section(
+        [(bench_host.MOONCAKE, "m", workload)], bench_scenario(16), replay, repeats=2
+    )
+    printed = capsys.readouterr().out
+    gpu = bench_host.MOONCAKE.gpu_blocks
+    assert seen == [
+        ("mooncake-gpu", "mooncake-plain", False, None),
+        ("mooncake-gpu", "mooncake-plain", False, None),
+        ("mooncake-gpu", "mooncake-extend", True, None),
+        ("mooncake-gpu", "mooncake-extend", True, None),
+        *(
+            (f"mooncake-host-{m}", "mooncake-extend", True, m * gpu)
+            for m in bench_host.HOST_MULTIPLES
+            for _ in range(2)
+        ),
+    ]
+    assert "| m | no | 25.00 % | 4 | 50.0 ms | 90.0 ms | 99.0 ms | 50.0 ms | 2.00 s |" in printed
+    assert "| m | yes | 50.00 % | 4 |" in printed
+    assert "| m | none | 50.00 % | n/a | 50.00 % |" in printed
+    # 2,048 blocks: 1 + 0.5 = 1.5x the GPU-only CPU time; 32,768: 9x
+    assert "| m | 2,048 (1x) | 50.00 % | 12.50 % | 50.00 % |" in printed
+    assert "| 3 | 2 | 0 | 0.75x |" in printed
+    assert "largest replay CPU with a host pool against GPU only: 4.50x" in printed
+    assert "MISSED" in printed

@@ -229,3 +229,75 @@ def test_the_fleet_changes_example_scales_drains_fails_and_migrates(tmp_path: Pa
     }
     assert summary["worker_us"] == sum(worker["worker_us"] for worker in report["workers"])
     assert (report["pools"][0]["workers_created"], report["pools"][0]["peak_workers"]) == (6, 4)
+
+
+HOST_TIER = EXAMPLES / "host-tier"
+
+
+def _host_tier_reuse(report: dict[str, Any]) -> dict[str, int]:
+    return {request["id"]: request["reused_prompt_tokens"] for request in report["requests"]}
+
+
+def _by_hand(later_turns: tuple[int, int, int]) -> dict[str, int]:
+    """Each request's reuse when every block a turn registered is still somewhere (on the GPU
+    or in the host pool): turn 0 of c0 has nothing to reuse, every other turn 0 the 32-token
+    system prompt (c0's blocks 0 and 1, registered at its first step), turns 1 to 3 their
+    ``later_turns``."""
+    reuse = {"c0-t0": 0} | {f"c{c}-t0": 32 for c in range(1, 6)}
+    for c in range(6):
+        reuse |= {f"c{c}-t{t}": later_turns[t - 1] for t in (1, 2, 3)}
+    return reuse
+
+
+def test_the_host_tier_example_keeps_every_turn_s_context_and_answer(tmp_path: Path) -> None:
+    """README's "Multi-turn reuse and a host KV tier": six conversations of four turns on one
+    worker whose 72 GPU blocks cannot keep them all while they think (150 ms between turns).
+
+    By hand (R47, R48, R125-R127, B = H = 16; prompts 72, 136, 200, 264 tokens, answers of 40):
+    turn k fills the blocks below ``floor((P_k + 39) / 16)`` (its last output token is never
+    cached), and with ``session_prompts_extend`` each of them has an identity turn k+1 looks up
+    (the block straddling ``P_k`` takes turn k+1's hash, R126; the answer's blocks R127's): 6,
+    10 and 14 blocks, so turns 1, 2 and 3 reuse 96, 160 and 224 tokens when nothing is lost.
+    Without the flag only the full prompt blocks of turn k are found: 4, 8 and 12 blocks (64,
+    128, 192 tokens). The host pool (256 entries) stores every block registered (R131) and never
+    fills (2 system blocks + 14 per conversation = 86 identities: 4 from each of turns 0, 1
+    and 2, 2 from turn 3, whose answer has no successor to name it), so with it every later
+    turn gets exactly those figures, part of them loaded back (R133, R134); without it, the GPU
+    cache evicts some of them and the turns recompute them."""
+    with_host = tmp_path / "host.json"
+    _replay_example(HOST_TIER, "scenario.json", with_host)
+    report = json.loads(with_host.read_bytes())
+    assert _host_tier_reuse(report) == _by_hand((96, 160, 224))
+    kv = report["summary"]["kv_cache"]
+    host = kv["host"]
+    assert (host["stored_blocks"], host["evictions"], host["skipped_blocks"]) == (86, 0, 0)
+    assert host["loads"] > 0
+    assert kv["host_reused_prompt_tokens"] > 0
+    assert kv["reused_prompt_tokens"] == sum(_by_hand((96, 160, 224)).values()) == 3040
+    assert all(request["load_wait_us"] is not None for request in report["requests"])
+    gpu_only = tmp_path / "gpu.json"
+    _replay_example(HOST_TIER, "scenario-gpu-only.json", gpu_only)
+    gpu = json.loads(gpu_only.read_bytes())["summary"]["kv_cache"]
+    assert gpu["host"] is None
+    assert gpu["evictions"] > 0
+    assert gpu["reused_prompt_tokens"] < 3040
+    # the same conversations without the flag: the answers' blocks are never found
+    workload = json.loads((HOST_TIER / "workload.json").read_bytes())
+    del workload["session_prompts_extend"]
+    workload["schema_version"] = "1.2"
+    plain = tmp_path / "workload-1.2.json"
+    plain.write_text(json.dumps(workload))
+    output = tmp_path / "plain.json"
+    result = run_servesim(
+        "replay",
+        "--scenario",
+        HOST_TIER / "scenario.json",
+        "--workload",
+        plain,
+        "--timing-profile",
+        EXAMPLES / "basic" / "timing-profile.json",
+        "--output",
+        output,
+    )
+    assert result.returncode == 0, result.stderr
+    assert _host_tier_reuse(json.loads(output.read_bytes())) == _by_hand((64, 128, 192))

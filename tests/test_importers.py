@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -707,3 +708,213 @@ def test_the_real_weka_sessions_import_and_validate(tmp_path: Path) -> None:
     )
     assert len(document["sessions"]) == len(files) + subagents
     assert len({request["session"] for request in document["requests"]}) == len(files) + subagents
+
+
+def _mooncake_lines(*lines: tuple[int, int, list[int]]) -> str:
+    """Mooncake lines ``(input_length, output_length, hash_ids)``, a second apart."""
+    return "".join(
+        json.dumps(
+            {"timestamp": 1000 * i, "input_length": p, "output_length": o, "hash_ids": hashes}
+        )
+        + "\n"
+        for i, (p, o, hashes) in enumerate(lines)
+    )
+
+
+def _sessions(document: dict[str, Any]) -> list[tuple[str, str | None]]:
+    return [(r["id"].removeprefix("mooncake-"), r.get("session")) for r in document["requests"]]
+
+
+#: With H = 4 (``--hash-block-tokens 4``): L3's covering predecessors are L1 (3 shared blocks)
+#: and L2 (2): the latest, L2, not the longest; L5 does not cover itself in L6 (8 < 8 + 8), so
+#: L6 takes L4; L7 has one full block (never a predecessor), so L8 has none; L9's third hash
+#: is a partial block's, which L10 need not share.
+INFERRED = _mooncake_lines(
+    (12, 2, [10, 11, 12]),
+    (8, 1, [10, 11]),
+    (20, 1, [10, 11, 12, 13, 14]),
+    (8, 2, [20, 21]),
+    (8, 8, [20, 21]),
+    (15, 1, [20, 21, 22, 23]),
+    (4, 1, [30]),
+    (12, 1, [30, 31, 32]),
+    (10, 1, [40, 41, 42]),
+    (16, 1, [40, 41, 43, 44]),
+)
+
+
+def test_h18_infer_sessions_links_the_latest_covering_predecessor(tmp_path: Path) -> None:
+    """R142: a line's predecessor is the latest earlier line whose full hashed blocks' hashes
+    (at least 2) begin the line's and whose prompt and answer its prompt can hold; linked lines
+    form sessions s0, s1, ... (in the order of their first line), each turn keeping its
+    timestamp and having no think time; the workload is 1.3 with session_prompts_extend."""
+    document = imported_document(
+        tmp_path, "mooncake", INFERRED, "--infer-sessions", "--hash-block-tokens", "4"
+    )
+    assert document["schema_version"] == "1.3"
+    assert document["session_prompts_extend"] is True
+    assert document["sessions"] == [{"id": "s0"}, {"id": "s1"}, {"id": "s2"}]
+    assert _sessions(document) == [
+        ("L1", None),
+        ("L2", "s0"),
+        ("L3", "s0"),
+        ("L4", "s1"),
+        ("L5", None),
+        ("L6", "s1"),
+        ("L7", None),
+        ("L8", None),
+        ("L9", "s2"),
+        ("L10", "s2"),
+    ]
+    assert [r["arrival_us"] for r in document["requests"]] == [i * 1_000_000 for i in range(10)]
+    assert all("think_time_us" not in r for r in document["requests"])
+    assert document["requests"][2]["prefix_hashes"] == [10, 11, 12, 13, 14]
+
+
+def test_h18_a_predecessor_keeps_only_its_first_successor(tmp_path: Path) -> None:
+    """R142: L2 and L3 both have L1 as their predecessor: only L2, the first, is linked; L3
+    starts a session of its own when L4 links to it; L5 follows L2 (its latest predecessor),
+    and L6, whose predecessor is L2 too, stays alone."""
+    trace = _mooncake_lines(
+        (8, 1, [50, 51]),
+        (12, 1, [50, 51, 52]),
+        (12, 1, [50, 51, 53]),
+        (16, 1, [50, 51, 53, 54]),
+        (20, 1, [50, 51, 52, 55, 56]),
+        (20, 1, [50, 51, 52, 57, 58]),
+    )
+    document = imported_document(
+        tmp_path, "mooncake", trace, "--infer-sessions", "--hash-block-tokens", "4"
+    )
+    assert _sessions(document) == [
+        ("L1", "s0"),
+        ("L2", "s0"),
+        ("L3", "s1"),
+        ("L4", "s1"),
+        ("L5", "s0"),
+        ("L6", None),
+    ]
+    assert document["sessions"] == [{"id": "s0"}, {"id": "s1"}]
+
+
+@pytest.mark.parametrize("options", [(), ("--limit", "1"), ("--session-prompts-extend",)])
+def test_h18_infer_sessions_is_refused_with_session_ids(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    """R142: a trace that names its sessions is refused (exit 2), even when the line with a
+    session_id is past --limit; the message names the file, the line and the field, and
+    nothing is written."""
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE + SESSION_START)
+    output = tmp_path / "workload.json"
+    result = run_import("mooncake", trace, "-o", output, "--infer-sessions", *options)
+    assert result.returncode == 2
+    assert f"{trace}:4: field 'session_id': the trace names its sessions" in result.stderr
+    assert "--infer-sessions is for a trace without session_id" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert not output.exists()
+
+
+def test_r142_session_prompts_extend_marks_a_session_trace(tmp_path: Path) -> None:
+    """--session-prompts-extend on a trace with session_id: R65's import, as a workload 1.3
+    with session_prompts_extend: true, and nothing else changed."""
+    plain = imported_document(tmp_path, "mooncake", MOONCAKE_SESSIONS)
+    extended = imported_document(
+        tmp_path, "mooncake", MOONCAKE_SESSIONS, "--session-prompts-extend"
+    )
+    assert extended.pop("schema_version") == "1.3"
+    assert extended.pop("session_prompts_extend") is True
+    assert plain.pop("schema_version") == "1.2"
+    assert extended == plain
+
+
+def test_r142_session_prompts_extend_without_sessions_writes_nothing_and_warns(
+    tmp_path: Path,
+) -> None:
+    """On requests without sessions the member would change nothing (R125): the import is
+    R65's, byte for byte, and a warning on standard error points to --infer-sessions."""
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE)
+    outputs = []
+    for options in ((), ("--session-prompts-extend",)):
+        output = tmp_path / f"workload{len(options)}.json"
+        result = run_import("mooncake", trace, "-o", output, *options)
+        assert result.returncode == 0, result.stderr
+        outputs.append(output.read_bytes())
+        warned = "--session-prompts-extend writes nothing (--infer-sessions" in result.stderr
+        assert warned == bool(options)
+    assert outputs[0] == outputs[1]
+    assert b'"schema_version": "1.1"' in outputs[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "option", "extra", "message"),
+    [
+        ("azure", "--infer-sessions", (), "only for mooncake traces"),
+        ("azure", "--session-prompts-extend", (), "only for mooncake traces"),
+        ("weka", "--session-prompts-extend", (), "only for mooncake traces"),
+        ("mooncake", "--infer-sessions", ("--no-prefix-hashes",), "--no-prefix-hashes"),
+        ("mooncake", "--session-prompts-extend", ("--no-prefix-hashes",), "--no-prefix-hashes"),
+    ],
+)
+def test_r142_options_are_usage_errors_elsewhere(
+    tmp_path: Path, source: str, option: str, extra: tuple[str, ...], message: str
+) -> None:
+    trace = tmp_path / "trace"
+    trace.write_text(MOONCAKE)
+    output = tmp_path / "workload.json"
+    result = run_import(source, trace, "-o", output, option, *extra)
+    assert result.returncode == 2
+    assert f"argument {option}: " in result.stderr
+    assert message in result.stderr
+    assert not output.exists()
+
+
+def test_r142_help_states_the_heuristic_and_its_limits() -> None:
+    result = run_import("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for words in (
+        "the latest earlier line whose full hashed blocks' hashes",
+        "floor(input_length / H) hash_ids, at least 2 of them",
+        "input_length + output_length is at most the line's input_length",
+        "a predecessor keeps only its first successor",
+        "gets no think time",
+        "a recorded gap includes the predecessor's service time",
+        "refused on one with it",
+    ):
+        assert words in text
+
+
+def test_r142_the_real_trace_s_inferred_turns_continue(tmp_path: Path) -> None:
+    """Every inferred pair of the shared Mooncake trace is one R125 continues: the later
+    turn's hashes begin with at least 2 full hashed blocks of the earlier one's, and its
+    prompt holds the earlier prompt and answer; a turn has the arrival its line recorded."""
+    trace = real_trace("mooncake/conversation_trace.jsonl")
+    output = tmp_path / "workload.json"
+    result = run_import("mooncake", trace, "-o", output, "--infer-sessions")
+    assert result.returncode == 0, result.stderr
+    document = servesim.read_document(output, "workload").value
+    plain = [json.loads(line) for line in trace.read_text().splitlines()]
+    turns: dict[str, list[dict[str, Any]]] = {}
+    for request in document["requests"]:
+        if "session" in request:
+            turns.setdefault(request["session"], []).append(request)
+    assert len(turns) == len(document["sessions"]) > 0
+    assert all(len(session) >= 2 for session in turns.values())
+    for session in turns.values():
+        for before, after in itertools.pairwise(session):
+            full = before["prompt_tokens"] // 512
+            assert full >= 2
+            assert after["prefix_hashes"][:full] == before["prefix_hashes"][:full]
+            total = before["prompt_tokens"] + before["max_output_tokens"]
+            assert after["prompt_tokens"] >= total
+    first_ms = plain[0]["timestamp"]
+    for request in document["requests"]:
+        line = plain[int(request["id"].removeprefix("mooncake-L")) - 1]
+        assert request["arrival_us"] == (line["timestamp"] - first_ms) * 1000
+    sessions, linked = len(turns), sum(map(len, turns.values()))
+    assert f"{len(plain)} requests, {sessions} sessions inferred ({linked} turns)" in (
+        result.stdout
+    )

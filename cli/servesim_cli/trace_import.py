@@ -86,6 +86,32 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="mooncake: drop hash_ids and write a workload 1.0 without prefix_hashes (for "
         "implementations that read only 1.0); Azure traces have no hashes either way",
     )
+    parser.add_argument(
+        "--session-prompts-extend",
+        action="store_true",
+        help="mooncake, a trace with session_id: say that each turn's prompt begins with the "
+        "previous turn's prompt and answer, so that the answer's blocks are reused by the next "
+        "turn (writes session_prompts_extend: true, a workload 1.3, SPEC.md R125, R142); on "
+        "requests without sessions it writes nothing and warns",
+    )
+    parser.add_argument(
+        "--infer-sessions",
+        action="store_true",
+        help="mooncake, a trace without session_id (refused on one with it): make sessions "
+        "from the hashes, and write session_prompts_extend: true (a workload 1.3, R142). A "
+        "line's predecessor is the latest earlier line whose full hashed blocks' hashes "
+        "(its first floor(input_length / H) hash_ids, at least 2 of them) begin the line's "
+        "hash_ids and whose input_length + output_length is at most the line's input_length. "
+        "Linked lines form sessions s0, s1, ... in the order of their first line; lines "
+        "linked to nothing stay requests of their own. It is a heuristic, with limits: a "
+        "predecessor keeps only its first successor (in file order), and a later line whose "
+        "predecessor it is starts a session of its own, so the answer's blocks serve only the "
+        "first successor; each turn keeps its recorded time and gets no think time (it "
+        "arrives then, but never before the previous answer, R59), because a recorded gap "
+        "includes the predecessor's service time; equal hashes are taken to mean the prompt "
+        "repeats the predecessor's answer at those positions, which the trace cannot show. "
+        "Sessions are inferred among the requests --window and --limit keep",
+    )
 
 
 def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -94,7 +120,10 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     options = _options(arguments)
     try:
         records, blocks = _records(arguments, options)
-        data, count = workload_bytes(arguments.format, iter(records), blocks)
+        extend = arguments.infer_sessions or (
+            arguments.session_prompts_extend and _has_sessions(records)
+        )
+        data, count = workload_bytes(arguments.format, iter(records), blocks, extend)
     except TooManyHashes as error:
         code = report_invalid(error)
         print(
@@ -111,7 +140,19 @@ def _run(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if count == 0:
         print(f"servesim: {trace}: no request is left to import", file=sys.stderr)
         return EXIT_INVALID_INPUT
-    return _write(arguments.output, trace, data, _status(arguments.output, count, records))
+    if arguments.session_prompts_extend and not extend:
+        print(
+            f"servesim: warning: {trace}: no request kept has a session_id, so "
+            "--session-prompts-extend writes nothing (--infer-sessions makes sessions from "
+            "the hashes)",
+            file=sys.stderr,
+        )
+    status = _status(arguments.output, count, records, arguments.infer_sessions)
+    return _write(arguments.output, trace, data, status)
+
+
+def _has_sessions(records: list[TraceRecord]) -> bool:
+    return any(record.session is not None for record in records)
 
 
 def _check_combinations(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -128,6 +169,15 @@ def _check_combinations(arguments: argparse.Namespace, parser: argparse.Argument
         parser.error(f"argument FILE: {arguments.format} reads one trace file")
     if arguments.format != "weka" and arguments.stagger:
         parser.error("argument --stagger: only weka files are separate sessions")
+    for name in ("session_prompts_extend", "infer_sessions"):
+        option = "--" + name.replace("_", "-")
+        if getattr(arguments, name) and arguments.format != "mooncake":
+            parser.error(f"argument {option}: only for mooncake traces (R142)")
+        if getattr(arguments, name) and arguments.no_prefix_hashes:
+            parser.error(
+                f"argument {option}: not allowed with --no-prefix-hashes (a turn continues "
+                "another by its prefix hashes, R125)"
+            )
 
 
 def _options(arguments: argparse.Namespace) -> ImportOptions:
@@ -140,6 +190,7 @@ def _options(arguments: argparse.Namespace) -> ImportOptions:
         window_end_s=window[1],
         speedup=arguments.speedup,
         hash_block_tokens=None if arguments.no_prefix_hashes else block_tokens,
+        infer_sessions=arguments.infer_sessions,
     )
 
 
@@ -158,10 +209,14 @@ def _records(
     return records, hash_block_tokens(arguments.format, options)
 
 
-def _status(output: str, count: int, records: list[TraceRecord]) -> str:
-    """The line that says what was written: requests, and sessions if there are any."""
-    sessions = len({record.session for record in records if record.session is not None})
-    return f"{output}: {count} requests" + (f", {sessions} sessions" if sessions else "")
+def _status(output: str, count: int, records: list[TraceRecord], inferred: bool) -> str:
+    """The line that says what was written: requests, and sessions if there are any (inferred
+    ones always, with the requests they hold)."""
+    sessions = {record.session for record in records if record.session is not None}
+    if inferred:
+        turns = sum(record.session is not None for record in records)
+        return f"{output}: {count} requests, {len(sessions)} sessions inferred ({turns} turns)"
+    return f"{output}: {count} requests" + (f", {len(sessions)} sessions" if sessions else "")
 
 
 def _write(output: str, trace: str, data: bytes, status: str) -> int:
@@ -196,7 +251,9 @@ COMMAND = Command(
     "--speedup divides think times as it divides arrivals. Weka agentic session files (one "
     "session each, with prefix hashes of block_size tokens, scoped to their file) become "
     "sessions the same way, think_time in seconds, each starting --stagger after the one "
-    "before; a sub-agent is a session of its own from its spawn. Exit 2 on a malformed "
+    "before; a sub-agent is a session of its own from its spawn. --session-prompts-extend and "
+    "--infer-sessions (Mooncake, R142) write session_prompts_extend: true (a workload 1.3): "
+    "each turn's prompt repeats the previous turn's prompt and answer. Exit 2 on a malformed "
     "record, naming the file and the line and field (or JSON pointer); nothing is written "
     "then.",
     add_arguments=_add_arguments,

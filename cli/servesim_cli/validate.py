@@ -30,24 +30,22 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
     for document in valid:
         if refused is None or document.kind != "workload":
             print(f"{document.file}: valid {document.kind} {document.version}")
-            _warn_extend_without_sessions(document)
+        warning = _warning(document)
+        if warning is not None:
+            print(f"servesim: warning: {document.file}: {warning}", file=sys.stderr)
     return status
 
 
-def _warn_extend_without_sessions(document: Document) -> None:
-    """R33, R125: ``session_prompts_extend: true`` in a workload without ``sessions`` is valid
-    and changes nothing; a warning on standard error says so (the exit status stays 0)."""
+def _warning(document: Document) -> str | None:
+    """R33: what a valid document says that changes nothing (it stays valid, exit 0)."""
     value = document.value
-    if (
-        document.kind == "workload"
-        and value.get("session_prompts_extend")
-        and not value.get("sessions")
-    ):
-        print(
-            f"servesim: warning: {document.file}: session_prompts_extend is true but the "
-            "workload has no sessions: it changes nothing (R125)",
-            file=sys.stderr,
+    extends = value.get("session_prompts_extend") is True
+    if document.kind == "workload" and extends and "sessions" not in value:
+        return (
+            "session_prompts_extend is true but the workload has no sessions, so it changes "
+            "nothing: only a turn of a session continues the turn before it (R125)"
         )
+    return None
 
 
 def _refused_pair(documents: list[Document]) -> ServesimError | None:
@@ -70,7 +68,9 @@ COMMAND = Command(
     name="validate",
     description="Check each document (its kind is read from its 'document' field) against "
     "R1 to R4; given exactly one scenario and one workload, also R4's check of the two "
-    "together. Exit 0 if all are valid, 2 otherwise.",
+    "together. A workload with session_prompts_extend: true and no sessions is valid, with a "
+    "warning on standard error that the member changes nothing (R33, R125). Exit 0 if all are "
+    "valid, 2 otherwise.",
     add_arguments=_add_arguments,
     run=_run,
 )

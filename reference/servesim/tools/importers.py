@@ -8,6 +8,11 @@ Mooncake lines that name a ``session_id`` become the turns of one session (SPEC.
 keeps its timestamp, each later turn gets turn 0's arrival and ``think_time_us`` = ``delay``
 (milliseconds) * 1000, so that it arrives its delay after the previous turn's answer (R59), as
 NVIDIA Dynamo's replay sends it. A trace without ``session_id`` imports exactly as before.
+
+Two options of R142 (SPEC.md section 19) make continuing sessions: ``session_prompts_extend``
+writes the workload 1.3 member of that name for a trace whose sessions repeat each turn's
+predecessor's prompt and answer, and ``infer_sessions`` links the lines of a trace *without*
+``session_id`` into such sessions from their hashes (:func:`infer_sessions`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ class MalformedTrace(ServesimError):
         super().__init__(f"{file}:{line}: field {field!r}: {message}")
 
 
+class SessionsAlreadyGiven(MalformedTrace):
+    """``--infer-sessions`` on a trace that names its sessions (R142 refuses it)."""
+
+
 class TooManyHashes(MalformedTrace):
     """More ``hash_ids`` than the prompt has blocks: often a trace hashed with another block
     size, which the caller may suggest giving."""
@@ -73,6 +82,9 @@ class ImportOptions:
     hash_block_tokens: int | None = MOONCAKE_HASH_BLOCK_TOKENS
     """The tokens each prefix hash of the trace covers (R47's H), for a format that has them;
     ``None`` drops the hashes and writes a workload 1.0, as before prefix caching."""
+    infer_sessions: bool = False
+    """R142: link the kept lines of a trace without ``session_id`` into sessions whose prompts
+    extend (:func:`infer_sessions`); refused on a trace with ``session_id``."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +339,61 @@ def select(records: Iterator[TraceRecord], options: ImportOptions) -> Iterator[T
         kept += 1
 
 
+INFERRED_MIN_SHARED_BLOCKS = 2
+"""R142: a predecessor's full hashed blocks that a line must begin with, at least (every line
+of the shared Mooncake trace begins with hash 0, so one shared block says nothing)."""
+
+
+def infer_sessions(records: list[TraceRecord], hash_block_tokens: int) -> list[TraceRecord]:
+    """R142's sessions of a trace without ``session_id``, in the records' (file) order.
+
+    A record's *predecessor* is the latest earlier record p such that the record's hashes
+    begin with p's first ``floor(p.prompt_tokens / H)`` hashes (p's full hashed blocks, at
+    least 2 of them, and p has them all) and the record's prompt is at least ``p.prompt_tokens
+    + p.output_tokens`` tokens (it can hold p's prompt and answer). A predecessor keeps only its
+    first successor: a record whose predecessor already has one is not linked to it (it may
+    still start a session of its own, if a later record links to it). The linked records form
+    sessions ``s0``, ``s1``, ... in the order of their first record; each turn keeps its
+    arrival and gets no think time. Records linked to nothing stay without a session.
+    """
+    prefix_ids: dict[tuple[int, int], int] = {}  # (its prefix's id, next hash) -> prefix's id
+    holders: dict[int, list[int]] = {}  # id of a record's full-block prefix -> those records
+    successor: dict[int, int] = {}  # predecessor's index -> its first successor's
+    for index, record in enumerate(records):
+        chain: list[int] = []  # the ids of the record's hash prefixes of lengths 1, 2, ...
+        for value in record.prefix_hashes:
+            key = (chain[-1] if chain else -1, value)
+            chain.append(prefix_ids.setdefault(key, len(prefix_ids)))
+        best: int | None = None
+        for prefix in chain[INFERRED_MIN_SHARED_BLOCKS - 1 :]:
+            for earlier in reversed(holders.get(prefix, ())):
+                if best is not None and earlier <= best:
+                    break
+                candidate = records[earlier]
+                if record.prompt_tokens >= candidate.prompt_tokens + candidate.output_tokens:
+                    best = earlier
+                    break
+        if best is not None:
+            successor.setdefault(best, index)
+        full = record.prompt_tokens // hash_block_tokens
+        if full >= INFERRED_MIN_SHARED_BLOCKS and len(chain) >= full:
+            holders.setdefault(chain[full - 1], []).append(index)
+    session_of: dict[int, str] = {}
+    sessions = 0
+    for index in range(len(records)):
+        if index in successor and index not in session_of:
+            session_of[index] = f"s{sessions}"
+            sessions += 1
+        if index in successor:
+            session_of[successor[index]] = session_of[index]
+    return [
+        replace(record, session=session_of[index], think_time_us=None)
+        if index in session_of
+        else record
+        for index, record in enumerate(records)
+    ]
+
+
 def _request(source: str, record: TraceRecord) -> dict[str, Any]:
     request: dict[str, Any] = {
         "id": record.request_id or f"{source}-L{record.line}",
@@ -344,23 +411,37 @@ def _request(source: str, record: TraceRecord) -> dict[str, Any]:
 
 
 def workload_bytes(
-    source: str, records: Iterator[TraceRecord], hash_block_tokens: int | None = None
+    source: str,
+    records: Iterator[TraceRecord],
+    hash_block_tokens: int | None = None,
+    session_prompts_extend: bool = False,
 ) -> tuple[bytes, int]:
     """A workload document, one request per line so that diffs stay readable; and its size.
 
     With ``hash_block_tokens`` the workload is 1.1 and gives it as ``prefix_hash_block_tokens``
     (R47), and each request with hashes has ``prefix_hashes``; without, it is 1.0. Records of
     sessions (R65) make it 1.2, with ``sessions`` (one line each, in order of their first kept
-    turn) before the requests.
+    turn) before the requests. ``session_prompts_extend`` makes it 1.3 with that member ``true``
+    (R125, R142).
     """
     kept = list(records)
     sessions = list(dict.fromkeys(r.session for r in kept if r.session is not None))
     lines = [json.dumps(_request(source, record)) for record in kept]
     body = ",\n    ".join(lines)
-    version = "1.2" if sessions else "1.0" if hash_block_tokens is None else "1.1"
+    version = (
+        "1.3"
+        if session_prompts_extend
+        else "1.2"
+        if sessions
+        else "1.0"
+        if hash_block_tokens is None
+        else "1.1"
+    )
     header = f'{{\n  "document": "workload",\n  "schema_version": "{version}",\n'
     if hash_block_tokens is not None:
         header += f'  "prefix_hash_block_tokens": {hash_block_tokens},\n'
+    if session_prompts_extend:
+        header += '  "session_prompts_extend": true,\n'
     if sessions:
         listed = ",\n    ".join(json.dumps({"id": session}) for session in sessions)
         header += f'  "sessions": [\n    {listed}\n  ],\n'
@@ -369,12 +450,29 @@ def workload_bytes(
 
 
 def read_trace(trace_format: str, path: Path, options: ImportOptions) -> Iterator[TraceRecord]:
-    """The records of a trace of ``trace_format`` that the options keep."""
+    """The records of a trace of ``trace_format`` that the options keep; with
+    ``options.infer_sessions`` (Mooncake with hashes only), in R142's inferred sessions, after
+    every line of the trace was checked to have no ``session_id``."""
     if trace_format == "mooncake":
         records = mooncake_records(path, options.hash_block_tokens)
     else:
         records = READERS[trace_format](path)
-    return select(records, options)
+    if not options.infer_sessions:
+        return select(records, options)
+    if trace_format != "mooncake" or options.hash_block_tokens is None:
+        raise ValueError("sessions are inferred from a Mooncake trace's hashes only")
+    every = list(records)
+    for record in every:
+        if record.session is not None:
+            raise SessionsAlreadyGiven(
+                str(path),
+                record.line,
+                "session_id",
+                "the trace names its sessions: --infer-sessions is for a trace without "
+                "session_id (give --session-prompts-extend to say that its turns repeat their "
+                "predecessors' prompts and answers)",
+            )
+    return iter(infer_sessions(list(select(iter(every), options)), options.hash_block_tokens))
 
 
 def hash_block_tokens(trace_format: str, options: ImportOptions) -> int | None:
