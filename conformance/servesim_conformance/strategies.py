@@ -1230,13 +1230,20 @@ LONGEST_CONTINUING_PROMPT = 240
 
 
 @st.composite
-def host_members(draw: st.DrawFn) -> dict[str, int]:
-    """R129's ``kv_cache.host``: mostly a small pool (1 to 12 entries, so that host evictions
-    and skipped blocks happen), now and then a roomy one, and a drawn size and bandwidth for
-    each lane. Shrinks towards one entry, 1 byte per token and a slow link."""
-    blocks = draw(st.integers(1, 12)) if draw(st.integers(0, 4)) < 4 else draw(st.integers(13, 200))
+def host_members(draw: st.DrawFn, *, gpu_blocks: int = 8) -> dict[str, int]:
+    """R129's ``kv_cache.host`` for a GPU cache of ``gpu_blocks``: mostly a pool of half to
+    four times the GPU's blocks (a host pool no larger than the GPU cache rarely holds what the
+    GPU evicted, R133), one time in four a tiny one (1 to 3 entries: host evictions and skipped
+    blocks, R131), and a drawn size and bandwidth for each lane. Shrinks towards as many
+    entries as GPU blocks, 1 byte per token and a slow link."""
+    if draw(st.integers(0, 3)) == 3:
+        blocks = draw(st.integers(1, 3))
+    else:
+        blocks = max(
+            1, gpu_blocks * draw(st.sampled_from((1, 2, 4))) // draw(st.sampled_from((1, 2)))
+        )
     return {
-        "blocks": blocks,
+        "blocks": min(blocks, 2**32 - 1),
         "bytes_per_token": draw(st.sampled_from(HOST_BYTES_PER_TOKEN)),
         "store_bytes_per_s": draw(st.sampled_from(BANDWIDTHS)),
         "load_bytes_per_s": draw(st.sampled_from(BANDWIDTHS)),
@@ -1297,11 +1304,11 @@ def with_host_pools(draw: st.DrawFn, scenario: dict[str, Any]) -> dict[str, Any]
             if draw(st.booleans()):
                 continue
             cache["prefix_caching"] = True
-        cache["host"] = draw(host_members())
+        cache["host"] = draw(host_members(gpu_blocks=cache["blocks"]))
         hosted += 1
     if allowed and not hosted:
         allowed[0]["prefix_caching"] = True
-        allowed[0]["host"] = draw(host_members())
+        allowed[0]["host"] = draw(host_members(gpu_blocks=allowed[0]["blocks"]))
     result["schema_version"] = "1.8"
     return result
 
@@ -1453,7 +1460,8 @@ def continuing_session_input_triples(
     (by default cached, state-aware and pool triples, all with prefix hashes) whose workload's
     requests form sessions whose turns extend (``extending_sessions``), with the limits and
     caches fitted to the longer prompts (``fitted_to``) and ``load_controls`` (a closed loop, a
-    stop time, objectives) now and then. A base without prefix hashes is left as it is."""
+    stop time, objectives) now and then (a base's stop time is drawn again: the sessions move
+    arrivals, and a stop time must come after the first, R4). A base without prefix hashes is left as it is."""
     triples = st.one_of(
         kv_input_triples(), routed_input_triples(), pool_input_triples(kv_input_triples())
     )
@@ -1463,9 +1471,21 @@ def continuing_session_input_triples(
     extended = draw(extending_sessions(workload))
     scenario, extended, timing = draw(fitted_to((scenario, extended, timing), before=workload))
     version = scenario["schema_version"]
+    scenario = {key: value for key, value in scenario.items() if key != "stop_at_us"}  # R4
     scenario = draw(load_controls(scenario, extended))
     scenario["schema_version"] = _at_least(version, "1.3")
     return scenario, extended, timing
+
+
+@st.composite
+def recurring_prefix_triples(draw: st.DrawFn) -> Documents:
+    """(scenario 1.1, workload 1.1, profile): a ``kv_input_triples()`` triple whose requests
+    read 2 or 3 documents (``few_documents``) and come back to them (``revisits``), on caches
+    that hold the largest request alone (``tightened``): prefixes evicted from the GPU while
+    other documents are read, the host pool's headline case (R133, R134)."""
+    scenario, workload, timing = draw(kv_input_triples())
+    workload = draw(revisits(draw(few_documents(workload, least=2))))
+    return tightened(scenario, workload), workload, timing
 
 
 @st.composite
@@ -1473,15 +1493,112 @@ def host_input_triples(
     draw: st.DrawFn, base: st.SearchStrategy[Documents] | None = None
 ) -> Documents:
     """(scenario 1.8 with host pools, workload, profile): a triple of ``base`` (by default
-    cached, session, continuing-session, pool and styled triples: small GPU caches that evict,
-    shared prefixes, stop times, ranks, styles without a host pool beside vllm pools with one)
-    whose caches get host pools (``with_host_pools``)."""
+    cached, recurring-prefix, session, continuing-session, pool and styled triples: small GPU
+    caches that evict, shared prefixes, stop times, ranks, styles without a host pool beside
+    vllm pools with one) whose arrivals are spread out (``spread_out``), whose prefixes recur
+    now and then (``few_documents``, ``revisits``), whose caches are now and then ``tightened``
+    and get host pools (``with_host_pools``)."""
     triples = st.one_of(
         kv_input_triples(),
-        session_input_triples(kv_input_triples()),
+        recurring_prefix_triples(),
+        session_input_triples(recurring_prefix_triples()),
         continuing_session_input_triples(),
-        pool_input_triples(kv_input_triples()),
+        pool_input_triples(recurring_prefix_triples()),
         styled_input_triples(),
     )
     scenario, workload, timing = draw(base if base is not None else triples)
+    scenario, workload = draw(spread_out(scenario, workload))
+    if "prefix_hash_block_tokens" in workload and draw(st.integers(0, 2)) == 0:
+        workload = draw(few_documents(workload))
+    if draw(st.integers(0, 2)) < 2:
+        workload = draw(revisits(workload))
+    if draw(st.booleans()):
+        scenario = tightened(scenario, workload)
     return draw(with_host_pools(scenario)), workload, timing
+
+
+def tightened(scenario: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+    """``scenario`` whose caches are the least that holds the largest request of ``workload``
+    alone (R10; never larger than drawn), so that GPU evictions, and with them host loads, are
+    the rule (R49, R133)."""
+    result = copy.deepcopy(scenario)
+    largest = max(
+        (
+            r["prompt_tokens"] + r["max_output_tokens"]
+            for r in workload["requests"]
+            if r["max_output_tokens"] <= ANSWERED_OUTPUT
+        ),
+        default=1,
+    )
+    for cache, _ in cache_users(result):
+        least = max(1, -(-largest // cache["block_tokens"]))
+        cache["blocks"] = min(cache["blocks"], least)
+    return result
+
+
+@st.composite
+def few_documents(draw: st.DrawFn, workload: dict[str, Any], *, least: int = 1) -> dict[str, Any]:
+    """``workload`` whose requests outside sessions read one of 1 to 3 documents: each one's
+    hashes become the document's, one for every hashed block of its prompt (R47), so that
+    prefixes recur across the run, more of them than a small GPU cache holds, and come back
+    from the host pool (R133). Sessions keep their turns' hashes (R125). Shrinks towards
+    ``least`` documents."""
+    result = copy.deepcopy(workload)
+    size = result["prefix_hash_block_tokens"]
+    documents = draw(st.integers(least, 3))
+    for request in result["requests"]:
+        if "session" in request or request["prompt_tokens"] == 0:
+            continue
+        document = draw(st.integers(0, documents - 1))
+        count = -(-request["prompt_tokens"] // size)
+        request["prefix_hashes"] = [5_000_000 + 1_000 * document + i for i in range(count)]
+    return result
+
+
+#: How long after a request a revisit of its prefix arrives, in microseconds: within a step or
+#: two, or long after (its blocks evicted from a small GPU cache, perhaps kept on the host).
+REVISIT_GAPS = (0, 100, 2_000, 20_000, 200_000)
+
+
+@st.composite
+def revisits(draw: st.DrawFn, workload: dict[str, Any]) -> dict[str, Any]:
+    """``workload`` with 1 to 3 requests outside sessions that come back to an earlier hashed
+    request's prefix some time later (its ``prefix_hashes``, a prompt as long or up to one
+    hashed block longer, 1 to 4 output tokens), so that a prefix stored to a host pool and
+    evicted from the GPU by the requests in between is looked up again (R133). Shrinks towards
+    one revisit of the first hashed request at once."""
+    result = copy.deepcopy(workload)
+    hashed = [r for r in result["requests"] if r.get("prefix_hashes") and r["prompt_tokens"]]
+    if not hashed:
+        return result
+    size = result["prefix_hash_block_tokens"]
+    for _ in range(draw(st.integers(1, 3))):
+        earlier = draw(st.sampled_from(hashed))
+        prompt = earlier["prompt_tokens"] + draw(st.integers(0, size))
+        result["requests"].append(
+            {
+                "id": f"again{len(result['requests'])}",  # unique (R4)
+                "arrival_us": earlier["arrival_us"] + draw(st.sampled_from(REVISIT_GAPS)),
+                "prompt_tokens": prompt,
+                "max_output_tokens": draw(st.integers(1, 4)),
+                "prefix_hashes": list(earlier["prefix_hashes"]),
+            }
+        )
+    return result
+
+
+@st.composite
+def spread_out(
+    draw: st.DrawFn, scenario: dict[str, Any], workload: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``workload`` with its recorded arrivals spread 1, 10 or 100 times wider (order and
+    sessions kept, R4), and ``scenario``'s stop time with them (R4, R62), so that steps, stores
+    and GPU evictions happen between arrivals and a later request finds an earlier prefix in
+    the host pool only (R133). Shrinks towards as drawn."""
+    spread = draw(st.sampled_from((1, 10, 100)))
+    scenario, workload = copy.deepcopy(scenario), copy.deepcopy(workload)
+    for request in workload["requests"]:
+        request["arrival_us"] *= spread
+    if "stop_at_us" in scenario:
+        scenario["stop_at_us"] *= spread
+    return scenario, workload
