@@ -35,7 +35,7 @@ from servesim_conformance.properties import Documents, at_current_version, encod
 from servesim_conformance.strategies import (
     cache_users,
     continuing_session_input_triples,
-    disaggregated_input_triples,
+    disaggregated_host_input_triples,
     host_input_triples,
     kv_input_triples,
     session_input_triples,
@@ -218,7 +218,7 @@ def test_reference_equals_plain_loop_with_tiny_host_pools(documents: Documents) 
 
 
 @settings(max_examples=EXAMPLES)
-@given(host_input_triples(continuing_session_input_triples(disaggregated_input_triples())))
+@given(disaggregated_host_input_triples())
 def test_reference_equals_plain_loop_with_host_pools_and_disaggregation(
     documents: Documents,
 ) -> None:

@@ -47,7 +47,7 @@ from servesim_conformance import host_invariants
 from servesim_conformance.properties import reference_report
 from servesim_conformance.strategies import (
     continuing_session_input_triples,
-    disaggregated_input_triples,
+    disaggregated_host_input_triples,
     host_input_triples,
     kv_input_triples,
     session_input_triples,
@@ -755,9 +755,7 @@ def test_the_reference_keeps_every_host_invariant(documents: tuple[Document, ...
 
 @NOT_YET
 @GENERATED
-@given(
-    documents=host_input_triples(continuing_session_input_triples(disaggregated_input_triples()))
-)
+@given(documents=disaggregated_host_input_triples())
 def test_the_reference_keeps_every_host_invariant_disaggregated(
     documents: tuple[Document, ...],
 ) -> None:

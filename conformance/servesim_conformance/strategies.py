@@ -1461,7 +1461,8 @@ def continuing_session_input_triples(
     requests form sessions whose turns extend (``extending_sessions``), with the limits and
     caches fitted to the longer prompts (``fitted_to``) and ``load_controls`` (a closed loop, a
     stop time, objectives) now and then (a base's stop time is drawn again: the sessions move
-    arrivals, and a stop time must come after the first, R4). A base without prefix hashes is left as it is."""
+    arrivals, and a stop time must come after the first, R4). A base without prefix hashes is
+    left as it is."""
     triples = st.one_of(
         kv_input_triples(), routed_input_triples(), pool_input_triples(kv_input_triples())
     )
@@ -1541,13 +1542,15 @@ def few_documents(draw: st.DrawFn, workload: dict[str, Any], *, least: int = 1) 
     """``workload`` whose requests outside sessions read one of 1 to 3 documents: each one's
     hashes become the document's, one for every hashed block of its prompt (R47), so that
     prefixes recur across the run, more of them than a small GPU cache holds, and come back
-    from the host pool (R133). Sessions keep their turns' hashes (R125). Shrinks towards
+    from the host pool (R133). Turns of sessions that extend keep their hashes (R125).
+    Shrinks towards
     ``least`` documents."""
     result = copy.deepcopy(workload)
     size = result["prefix_hash_block_tokens"]
     documents = draw(st.integers(least, 3))
+    extend = result.get("session_prompts_extend", False)
     for request in result["requests"]:
-        if "session" in request or request["prompt_tokens"] == 0:
+        if (extend and "session" in request) or request["prompt_tokens"] == 0:
             continue
         document = draw(st.integers(0, documents - 1))
         count = -(-request["prompt_tokens"] // size)
@@ -1602,3 +1605,13 @@ def spread_out(
     if "stop_at_us" in scenario:
         scenario["stop_at_us"] *= spread
     return scenario, workload
+
+
+def disaggregated_host_input_triples() -> st.SearchStrategy[Documents]:
+    """(scenario 1.8, workload, profile): disaggregated fleets (``disaggregated_input_triples``)
+    with host pools on prefill and decode pools (R139), their sessions continuing half the
+    time (``continuing_session_input_triples``)."""
+    return st.one_of(
+        host_input_triples(disaggregated_input_triples()),
+        host_input_triples(continuing_session_input_triples(disaggregated_input_triples())),
+    )

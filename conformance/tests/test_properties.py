@@ -48,6 +48,7 @@ from servesim_conformance.properties import (
 from servesim_conformance.strategies import (
     broken_kv_input_triples,
     continuing_session_input_triples,
+    disaggregated_host_input_triples,
     disaggregated_input_triples,
     fleet_input_triples,
     hashed_input_triples_without_cache,
@@ -572,7 +573,7 @@ def test_fleet_changes_disaggregated_differential_against_reference(
 #: with continuing sessions.
 host_triples = st.one_of(
     host_input_triples(),
-    host_input_triples(continuing_session_input_triples(disaggregated_input_triples())),
+    disaggregated_host_input_triples(),
 )
 
 
