@@ -307,3 +307,63 @@ def test_the_derivations_through_both(case: str) -> None:
         if entry["outcome"] != "completed":
             entry.pop("terminal_us")  # a cut-off request's terminal time is the stop time
     _within(expected, value)
+
+
+def d1(flag: bool) -> Documents:
+    """The draft's D1: a session whose turn 1 (P 80 ``[1,2,3,4,5]``) continues turn 0 (P 32
+    ``[1,2]``, 33 output tokens) on a cache of 32 blocks of 16 tokens without a host pool."""
+    scenario = {
+        "document": "scenario",
+        "schema_version": "1.1",
+        "fleet": {"workers": 1},
+        "routing": {"policy": "round_robin"},
+        "scheduler": {
+            "max_num_seqs": 8,
+            "max_batched_tokens": 512,
+            "max_model_len": 4096,
+            "prefill": {"mode": "whole"},
+        },
+        "kv_cache": {"blocks": 32, "block_tokens": 16, "prefix_caching": True},
+    }
+    turns = [
+        ("t0", 32, 33, [1, 2]),
+        ("t1", 80, 1, [1, 2, 3, 4, 5]),
+    ]
+    workload: dict[str, Any] = {
+        "document": "workload",
+        "schema_version": "1.3",
+        "prefix_hash_block_tokens": 16,
+        "sessions": [{"id": "s"}],
+        "requests": [
+            {
+                "id": rid,
+                "arrival_us": 0,
+                "prompt_tokens": prompt,
+                "max_output_tokens": output,
+                "prefix_hashes": hashes,
+                "session": "s",
+            }
+            for rid, prompt, output, hashes in turns
+        ],
+    }
+    if flag:
+        workload["session_prompts_extend"] = True
+    return scenario, workload, _timing()
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_the_derivation_d1_through_both(flag: bool) -> None:
+    """D1 (R125 to R127): with the flag t0's answer blocks 2 and 3 are registered when filled
+    (at 277 and 517) and t1, released at 517, reuses 64 tokens and runs 517 -> 538 (TTFT 21);
+    without it t1 reuses 32 and runs 517 -> 570 (TTFT 53). The rest is the same."""
+    value = assert_agree(d1(flag), generated=False)
+    assert value is not None
+    t0, t1 = value["requests"]
+    assert (t0["first_token_us"], t0["completion_us"], t0["reused_prompt_tokens"]) == (37, 517, 0)
+    assert t1["arrival_us"] == 517
+    expected = (64, 538, 21, 5) if flag else (32, 570, 53, 5)
+    peak = value["workers"][0]["kv_cache"]["peak_blocks_in_use"]
+    assert (t1["reused_prompt_tokens"], t1["completion_us"], t1["ttft_us"], peak) == expected
+    assert (t1["host_reused_prompt_tokens"], t1["load_wait_us"]) == (0, None)
+    assert value["summary"]["kv_cache"]["gpu_reuse_ratio"] == expected[0] / 112
+    assert value["host_transfers"] == []
