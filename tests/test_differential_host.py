@@ -107,11 +107,12 @@ def note_what_happened(documents: Documents, report: bytes | None) -> None:
     for member in ("loads", "evictions", "skipped_blocks", "reused_tokens"):
         if any(host[member] for host in hosts):
             event(f"host: {member}")
-    if any(r["outcome"] == "cut_off" and r["load_wait_us"] for r in value["requests"]):
-        event("a request cut off after a load")
+    transfers = value["host_transfers"] or []
+    loaded = {t["request"] for t in transfers if t["kind"] == "load"}
+    if any(r["outcome"] == "cut_off" and r["id"] in loaded for r in value["requests"]):
+        event("a request that loaded cut off (R139)")
     if any(r["host_reused_prompt_tokens"] for r in value["requests"]):
         event("a first admission loaded from the host")
-    transfers = value["host_transfers"] or []
     if any(t["start_us"] > t["submitted_us"] for t in transfers):
         event("a transfer waited for its lane")
     if any(r["preemptions"] for r in value["requests"]) and hosts:
@@ -161,6 +162,22 @@ def tiny_host_pools(draw: st.DrawFn, base: st.SearchStrategy[Documents]) -> Docu
     return scenario, workload, timing
 
 
+@st.composite
+def stopped_after_a_revisit(draw: st.DrawFn, base: st.SearchStrategy[Documents]) -> Documents:
+    """A triple of ``base`` stopped (R62) 1 to 3,000 us after a request that comes back to an
+    earlier prefix (``strategies.revisits``) arrives, so that the stop falls inside its load
+    (R139: cut off while loading or loaded, its load counted as submitted). Triples without a
+    revisit are left as they are."""
+    scenario, workload, timing = copy.deepcopy(draw(base))
+    again = [r for r in workload["requests"] if r["id"].startswith("again")]
+    if not again:
+        return scenario, workload, timing
+    arrival = draw(st.sampled_from(again))["arrival_us"]
+    first = min(r["arrival_us"] for r in workload["requests"])
+    scenario["stop_at_us"] = max(first + 1, arrival + draw(st.integers(1, 3_000)))
+    return scenario, workload, timing
+
+
 # --- Continuing sessions (R125 to R128) ---------------------------------------------------------
 
 
@@ -206,6 +223,14 @@ def test_reference_equals_plain_loop_with_host_pools_without_the_trace(
 def test_reference_equals_plain_loop_with_slow_host_lanes(documents: Documents) -> None:
     """R130, R133, R136, R139: transfers that outlast steps: queued lanes, pending entries at a
     lookup, loads and stores in flight at a stop time."""
+    assert_agree(documents)
+
+
+@settings(max_examples=EXAMPLES)
+@given(stopped_after_a_revisit(slow_lanes(host_input_triples())))
+def test_reference_equals_plain_loop_with_a_stop_during_a_load(documents: Documents) -> None:
+    """R139: a stop time inside a load or a queued transfer: the request cut off, its load
+    counted as submitted, its load wait only if the load completed at or before the stop."""
     assert_agree(documents)
 
 
