@@ -929,10 +929,10 @@ def same_but_the_workload_digest(
 def test_h3_identifies_no_block_outside_a_continuing_pair(documents: tuple[Document, ...]) -> None:
     """R127, R128: where no pair continues, ``session_prompts_extend`` changes nothing: the
     report with it is the report without it but for the workload's digest (R30): no answer
-    block is identified and no canonical hash differs from a turn's own. (Where pairs continue, a request outside
-    sessions may reuse more with the flag: R127's blocks are registered like any other, so an
-    outsider whose hashes match a continuing turn's may hit a previous turn's answer; see
-    ``test_h3_an_outsider_may_hit_an_answer_block``.)"""
+    block is identified and no canonical hash differs from a turn's own. (Where pairs
+    continue, a request outside sessions may reuse more with the flag: R127's blocks are
+    registered like any other, so an outsider whose hashes match a continuing turn's may hit a
+    previous turn's answer; see ``test_h3_an_outsider_may_hit_an_answer_block``.)"""
     scenario, workload, timing = documents
     assert same_but_the_workload_digest(documents, (scenario, without_the_flag(workload), timing))
 
