@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from servesim.contract.documents import Document, read_document
 from servesim.contract.errors import ServesimError
@@ -29,7 +30,24 @@ def _run(arguments: argparse.Namespace, _parser: argparse.ArgumentParser) -> int
     for document in valid:
         if refused is None or document.kind != "workload":
             print(f"{document.file}: valid {document.kind} {document.version}")
+            _warn_extend_without_sessions(document)
     return status
+
+
+def _warn_extend_without_sessions(document: Document) -> None:
+    """R33, R125: ``session_prompts_extend: true`` in a workload without ``sessions`` is valid
+    and changes nothing; a warning on standard error says so (the exit status stays 0)."""
+    value = document.value
+    if (
+        document.kind == "workload"
+        and value.get("session_prompts_extend")
+        and not value.get("sessions")
+    ):
+        print(
+            f"servesim: warning: {document.file}: session_prompts_extend is true but the "
+            "workload has no sessions: it changes nothing (R125)",
+            file=sys.stderr,
+        )
 
 
 def _refused_pair(documents: list[Document]) -> ServesimError | None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 18 only.
+"""Clean-room servesim replay, written from SPEC.md sections 2-7, 10 to 13 and 15 to 18 and the
+issue-28 text of section 19 (R125 to R140: continuing turns and the host KV tier) only.
 
 An outside implementation, for showing how the conformance suite checks one: it was written
 from the specification without reading the reference, and it does not validate its input
@@ -8,8 +9,10 @@ profile, the schema versions it reads, section 11's members with R4's checks of 
 section 12's routing members, section 13's members with R4's checks of them, section 15's
 pools with R77's checks and R84's --timing-profile arguments, section 16's style and sglang
 members with R88's checks, and section 17's role, kv_transfer and routing.decode with R97's
-and R99's checks, and section 18's scaling and failures with R110's, R115's and R116's checks),
-so the suite's invalid tier finds that. By default (or with --report-version 9.0) it reads
+and R99's checks, section 18's scaling and failures with R110's, R115's and R116's checks, and
+section 19's kv_cache.host and session_prompts_extend with R129's checks), so the suite's invalid
+tier finds that. With --report-version 10.0 it reads scenarios 1.0 to 1.8 (1.8: section 19's host
+tier) and workloads 1.0 to 1.3 (1.3: continuing turns) and writes report 10.0 (R140, R141). By default (or with --report-version 9.0) it reads
 scenarios 1.0 to 1.7 (1.7: the fleet that changes of section 18, scaling, failures, migration
 and recovery; 1.6: the disaggregated prefill and
 decode of section 17; 1.5: the scheduler styles vllm, sglang and trtllm of section 16; 1.4:
@@ -26,7 +29,7 @@ workloads up to 1.1; with 2.0 report 2.0 and 1.0 inputs only (R2, R38). It speak
 conformance protocol 5 (exit 3 when a step's shape is outside the profile's coverage, R43;
 timing.per_pool, R87). See README.md, QUESTIONS-kv.md,
 QUESTIONS-routing.md, QUESTIONS-sessions.md, QUESTIONS-pools.md, QUESTIONS-styles.md,
-QUESTIONS-disagg.md and QUESTIONS-fleet.md beside it.
+QUESTIONS-disagg.md, QUESTIONS-fleet.md and QUESTIONS-host.md beside it.
 """
 
 import argparse, hashlib, heapq, json, os, sys, tempfile
@@ -125,6 +128,17 @@ class Req:
         self.rank = None
         self.stage = None  # R121: "held", "pending", "transferring", "ready" or "decode"
         self.t_gen = 0  # counts its transfers: a discarded one's end does nothing
+        # Section 19 (R125 to R140): its canonical list (R126) and, when its successor
+        # continues it, (min(P_k + max_output_tokens_k, P_k+1), the successor's canonical list)
+        # for its generated tokens' blocks (R127); its host tier figures (R137, R140)
+        self.canon = self.hashes
+        self.succ = None
+        self.host_reused = 0  # host_reused_prompt_tokens: m*B at its first admission
+        self.load_wait = 0  # the sum of its completed loads' end minus submission
+        self.host_seen = False  # routed to a scheduler with a host pool (load_wait_us not null)
+        self.load = None  # its load in flight or completed: (g, m, entries), while loading
+        self.loaded = False  # R134: loaded (its load completed), still in the loading list
+        self.load_key = None  # (end, submission number) of its last load's completion
 
     def produced(self):  # the tokens it produced, the hidden one included (R48, R105)
         return len(self.tokens) + self.hidden
@@ -141,6 +155,35 @@ class Block:
         self.holders = 0
         self.identity = None  # its key in the registry while registered (R47)
         self.release_no = None  # while cached (R46)
+
+
+class Entry:
+    """One entry of a host pool (R129): an identity, pending or resident, and its pin count."""
+
+    def __init__(self, identity):
+        self.identity = identity
+        self.pending = True
+        self.pins = 0
+        self.recency = None  # its host recency number (R132), once it has one
+
+
+class HostPool:
+    """A scheduler's host pool (R129) with its two FIFO lanes (R130) and its counters (R140)."""
+
+    def __init__(self, spec, B):
+        self.cap = spec["blocks"]
+        self.block_bytes = B * spec["bytes_per_token"]
+        self.W = {"store": spec["store_bytes_per_s"], "load": spec["load_bytes_per_s"]}
+        self.lane_end = {"store": 0, "load": 0}  # E: the end of the lane's last transfer
+        self.entries = {}  # identity -> Entry, at most one entry per identity
+        self.counter = 0  # the next host recency number (R132)
+        self.stores = self.stored_blocks = self.loads = self.loaded_blocks = 0
+        self.reused_tokens = self.evictions = self.skipped_blocks = 0
+
+    def number(self, entries):  # R132: from the last block to the first
+        for e in reversed(entries):
+            e.recency = self.counter
+            self.counter += 1
 
 
 class Cache:
@@ -251,6 +294,12 @@ READS = {
         "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"],
         "workload": ["1.0", "1.1", "1.2"],
     },
+    # R141 (draft H17): reading scenario 1.8 (the host KV tier, section 19) needs report 10.0;
+    # this implementation reads workload 1.3 (continuing turns) only when writing 10.0
+    "10.0": {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"],
+        "workload": ["1.0", "1.1", "1.2", "1.3"],
+    },
 }
 
 
@@ -344,6 +393,12 @@ class Rank:
         if self.cache is not None:
             self.cache.caching = bool(kv["prefix_caching"])
             self.cache.k = H // kv["block_tokens"] if H else None  # R47: blocks per hash
+        # R129: its own host pool and lanes when its cache has host; R134: its loading list
+        # (loading and loaded requests, in the order they started loading)
+        self.host = (
+            None if kv is None or "host" not in kv else HostPool(kv["host"], kv["block_tokens"])
+        )
+        self.loading = []
         if pool.style == "sglang":  # R89, R94: each rank's own new-token ratio n / Q
             self.n_init = min(210000 * pool.cons, Q)
             self.n_min = self.n_init * 14 // 100
@@ -517,7 +572,7 @@ def check_kv(scn, wl, reads):
                 if m not in kv:
                     probs.append(("scenario", "/kv_cache", "the required member %s (R45)" % m))
             for m in sorted(kv):
-                if m not in ("blocks", "block_tokens", "prefix_caching"):
+                if m not in ("blocks", "block_tokens", "prefix_caching", "host"):  # host: R129
                     probs.append(
                         (
                             "scenario",
@@ -612,7 +667,7 @@ def check_routing(scn):
     policy = routing.get("policy")
     version = scn.get("schema_version")
     if policy == "weighted_round_robin":  # R81: scenario 1.4, no other member
-        if version not in ("1.4", "1.5", "1.6", "1.7"):
+        if version not in ("1.4", "1.5", "1.6", "1.7", "1.8"):
             probs.append(
                 (
                     "scenario",
@@ -713,7 +768,7 @@ def check_pools(scn, wl):
     fleet = scn.get("fleet")
     if not isinstance(fleet, dict):
         return probs
-    v14 = scn.get("schema_version") in ("1.4", "1.5", "1.6", "1.7")
+    v14 = scn.get("schema_version") in ("1.4", "1.5", "1.6", "1.7", "1.8")
     policy = scn.get("routing", {}).get("policy") if isinstance(scn.get("routing"), dict) else None
     if "dp_size" in fleet:
         if not v14:
@@ -792,7 +847,7 @@ def check_pools(scn, wl):
         kv = p.get("kv_cache")
         if "kv_cache" in p and not (
             isinstance(kv, dict)
-            and set(kv) == {"blocks", "block_tokens", "prefix_caching"}
+            and set(kv) - {"host"} == {"blocks", "block_tokens", "prefix_caching"}  # host: R129
             and is_int(kv["blocks"], 1, 2**32 - 1)
             and is_int(kv["block_tokens"], 1, 2**20)
             and type(kv["prefix_caching"]) is bool
@@ -867,7 +922,7 @@ def check_sessions(scn, wl):
     sv, wv = scn.get("schema_version"), wl.get("schema_version")
     # scenario: closed_loop (R61), stop_at_us (R62), slo (R63), each needing 1.3 (R64)
     for m in ("closed_loop", "stop_at_us", "slo"):
-        if m in scn and sv not in ("1.3", "1.4", "1.5", "1.6", "1.7"):
+        if m in scn and sv not in ("1.3", "1.4", "1.5", "1.6", "1.7", "1.8"):
             probs.append(
                 (
                     "scenario",
@@ -875,7 +930,7 @@ def check_sessions(scn, wl):
                     'no %s in a scenario %s: it needs schema_version "1.3" (R64)' % (m, sv),
                 )
             )
-    if sv in ("1.3", "1.4", "1.5", "1.6", "1.7"):
+    if sv in ("1.3", "1.4", "1.5", "1.6", "1.7", "1.8"):
         if "closed_loop" in scn:
             cl = scn["closed_loop"]
             if not isinstance(cl, dict):
@@ -925,7 +980,7 @@ def check_sessions(scn, wl):
     # workload: sessions, session and think_time_us (R59), needing 1.2 (R64)
     reqs = wl.get("requests")
     reqs = reqs if isinstance(reqs, list) else []
-    if wv != "1.2":
+    if wv not in ("1.2", "1.3"):
         if "sessions" in wl:
             probs.append(
                 (
@@ -1049,7 +1104,7 @@ def check_sessions(scn, wl):
     arrivals = [r.get("arrival_us") for r in reqs if isinstance(r, dict)]
     arrivals = [a for a in arrivals if type(a) is int]
     if (
-        sv in ("1.3", "1.4", "1.5", "1.6", "1.7")
+        sv in ("1.3", "1.4", "1.5", "1.6", "1.7", "1.8")
         and is_int(stop, 1, MAX_T)
         and arrivals
         and stop <= min(arrivals)
@@ -1078,7 +1133,11 @@ def check_disagg(scn):
     fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
     pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
     routing = scn.get("routing") if isinstance(scn.get("routing"), dict) else {}
-    if sv not in ("1.6", "1.7"):  # R108: role, kv_transfer and routing.decode make the scenario 1.6
+    if sv not in (
+        "1.6",
+        "1.7",
+        "1.8",
+    ):  # R108: role, kv_transfer and routing.decode make the scenario 1.6
         late = [("/kv_transfer", "kv_transfer", "kv_transfer" in scn)]
         late.append(("/routing/decode", "routing.decode", "decode" in routing))
         for i, p in enumerate(pools):
@@ -1235,7 +1294,7 @@ def check_styles(scn):
     style and sglang; R88's two agreements of R4 are checked against the limits every pool
     uses, with its cache, once per scheduler object (README.md, QUESTIONS-styles.md)."""
     probs = []
-    v15 = scn.get("schema_version") in ("1.5", "1.6", "1.7")
+    v15 = scn.get("schema_version") in ("1.5", "1.6", "1.7", "1.8")
     fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
     pools = fleet.get("pools") if isinstance(fleet.get("pools"), list) else []
     places = [("/scheduler", scn.get("scheduler"))]
@@ -1481,7 +1540,7 @@ def check_fleet(scn):
     present = [(at + "/scaling") for at, _, _, sc, _ in entries if sc is not None]
     if "failures" in scn:
         present.append("/failures")
-    if sv != "1.7":
+    if sv not in ("1.7", "1.8"):
         for at in present:
             probs.append(
                 (
@@ -1684,6 +1743,146 @@ def check_fleet(scn):
     return probs
 
 
+HOST_MEMBERS = {  # R129 (draft H5): each required, integer ranges
+    "blocks": 2**32 - 1,
+    "bytes_per_token": 2**32 - 1,
+    "store_bytes_per_s": MAX_T,
+    "load_bytes_per_s": MAX_T,
+}
+
+
+def host_places(scn):
+    """Every kv_cache.host member of the scenario, in document order: (pointer, host, the
+    cache's pointer, the cache)."""
+    out = []
+    for key in scn:  # json.loads keeps the document's member order
+        if key == "kv_cache" and isinstance(scn[key], dict) and "host" in scn[key]:
+            out.append(("/kv_cache/host", scn[key]["host"], "/kv_cache", scn[key]))
+        elif key == "fleet" and isinstance(scn[key], dict):
+            pools = scn[key].get("pools")
+            for i, p in enumerate(pools if isinstance(pools, list) else []):
+                kv = p.get("kv_cache") if isinstance(p, dict) else None
+                if isinstance(kv, dict) and "host" in kv:
+                    at = "/fleet/pools/%d/kv_cache" % i
+                    out.append((at + "/host", kv["host"], at, kv))
+    return out
+
+
+def check_host(scn, wl):
+    """The checks of section 19's members (R3, R4, R125, R129, R141; mapping item 3): a list of
+    (role, pointer, expected)."""
+    probs = []
+    wv = wl.get("schema_version")
+    if "session_prompts_extend" in wl:
+        if wv != "1.3":
+            probs.append(
+                (
+                    "workload",
+                    "/session_prompts_extend",
+                    'no session_prompts_extend in a workload %s: it needs schema_version "1.3" '
+                    "(R141)" % wv,
+                )
+            )
+        elif type(wl["session_prompts_extend"]) is not bool:
+            probs.append(("workload", "/session_prompts_extend", "true or false (R125)"))
+    sv = scn.get("schema_version")
+    places = host_places(scn)
+    if sv != "1.8":
+        for at, _, _, _ in places:
+            probs.append(
+                (
+                    "scenario",
+                    at,
+                    'no kv_cache.host in a scenario %s: it needs schema_version "1.8" (R141)' % sv,
+                )
+            )
+        return probs
+    good = []
+    for at, host, kv_at, kv in places:
+        if not isinstance(host, dict):
+            probs.append(
+                (
+                    "scenario",
+                    at,
+                    "an object {blocks, bytes_per_token, store_bytes_per_s, "
+                    "load_bytes_per_s} (R129)",
+                )
+            )
+            continue
+        bad = False
+        for m in sorted(host):
+            if m not in HOST_MEMBERS:
+                probs.append(("scenario", at + "/" + pointer_token(m), "no such member (R3)"))
+                bad = True
+        for m, hi in HOST_MEMBERS.items():
+            if m not in host:
+                probs.append(("scenario", at, "the required member %s (R129)" % m))
+                bad = True
+            elif not is_int(host[m], 1, hi):
+                probs.append(("scenario", at + "/" + m, "an integer 1 to %d (R129)" % hi))
+                bad = True
+        if not bad:
+            good.append((at, kv_at, kv))
+    if probs:
+        return probs
+    for at, kv_at, kv in good:  # R4, R129: prefix caching on
+        if kv.get("prefix_caching") is not True:
+            probs.append(
+                (
+                    "scenario",
+                    at,
+                    "a cache with prefix_caching true for a host tier (R4, R129); %s has "
+                    "prefix_caching false" % kv_at,
+                )
+            )
+    # R4, R129: every pool that uses a cache with host has limits of style "vllm"
+    fleet = scn.get("fleet") if isinstance(scn.get("fleet"), dict) else {}
+    uses = []  # (the host's pointer, the style of the limits of a pool that uses it)
+    top = "/kv_cache/host"
+    if isinstance(fleet.get("pools"), list):
+        for i, p in enumerate(fleet["pools"]):
+            if not isinstance(p, dict):
+                continue
+            sch = p.get("scheduler", scn.get("scheduler"))
+            style = sch.get("style", "vllm") if isinstance(sch, dict) else "vllm"
+            own = p.get("kv_cache")
+            if isinstance(own, dict):
+                if "host" in own:
+                    uses.append(("/fleet/pools/%d/kv_cache/host" % i, style, p.get("name")))
+            elif isinstance(scn.get("kv_cache"), dict) and "host" in scn["kv_cache"]:
+                uses.append((top, style, p.get("name")))
+    elif isinstance(scn.get("kv_cache"), dict) and "host" in scn["kv_cache"]:
+        sch = scn.get("scheduler")
+        uses.append((top, sch.get("style", "vllm") if isinstance(sch, dict) else "vllm", None))
+    said = {at for _, at, _ in probs}
+    for at, style, name in uses:
+        if style != "vllm" and at not in said:
+            said.add(at)
+            probs.append(
+                (
+                    "scenario",
+                    at,
+                    'a cache with a host tier used only by pools of style "vllm" (R4, R129); '
+                    "%s has style %s"
+                    % ("the fleet" if name is None else "pool " + str(name), json.dumps(style)),
+                )
+            )
+    # mapping item 3: no host tier with a fleet that changes (R4, R129)
+    changing = "failures" in scn or "scaling" in fleet
+    if isinstance(fleet.get("pools"), list):
+        changing = changing or any(isinstance(p, dict) and "scaling" in p for p in fleet["pools"])
+    if places and changing:
+        probs.append(
+            (
+                "scenario",
+                places[0][0],
+                "no host tier in a fleet that changes (scaling or failures): the host tier "
+                "with a changing fleet is not specified yet (R4, R129)",
+            )
+        )
+    return probs
+
+
 def lerp(x, y, num, den):  # R41 step 2; den == 0 means the bracket (i, i)
     if den == 0:
         return x
@@ -1865,6 +2064,41 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
     for u in units:
         for r in u:
             r.unit = u
+    if wl.get("session_prompts_extend") is True:  # R125 to R127
+        raw = wl["requests"]
+
+        def continues(a, b):  # R125: turn b (the next of a's session) continues turn a
+            if "prefix_hashes" not in raw[a.idx] or "prefix_hashes" not in raw[b.idx]:
+                return False
+            f = a.prompt // H
+            if b.prompt <= a.prompt or f < 1 or len(a.hashes) < f:  # QUESTIONS-host.md Q1
+                return False
+            return b.hashes[:f] == a.hashes[:f]
+
+        for turns in by_session.values():
+            chains = [[turns[0]]]
+            for a, b in zip(turns, turns[1:]):
+                if continues(a, b):
+                    chains[-1].append(b)
+                else:
+                    chains.append([b])
+            for chain in chains:
+                if len(chain) < 2:
+                    continue
+                for x, t in enumerate(chain):  # R126: the canonical list
+                    canon = []
+                    for i in range(len(t.hashes)):
+                        later = [
+                            s for s in chain[x:] if len(s.hashes) > i and (i + 1) * H <= s.prompt
+                        ]  # QUESTIONS-host.md Q2: a turn with an i-th hash
+                        if later:
+                            canon.append(later[0].hashes[i])
+                        else:
+                            last = [s for s in chain if len(s.hashes) > i][-1]
+                            canon.append(last.hashes[i])
+                    t.canon = canon
+                for a, b in zip(chain, chain[1:]):  # R127
+                    a.succ = (min(a.prompt + a.max_out, b.prompt), b.canon)
     next_unit = [0]  # the next unit not yet released (closed loop)
 
     def arrive_at(r, t):
@@ -1908,8 +2142,11 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
     trace = []
     rv = int(report_version.split(".")[0])  # the report's major version
 
+    def has_work_rk(rk):  # R16, R83, R135: its running list, waiting queue or loaded requests
+        return bool(rk.running or rk.waiting or any(x.loaded for x in rk.loading))
+
     def maybe_schedule(w, now):  # R16, R83: an idle worker with work on any rank
-        has_work = any(rk.running or rk.waiting for rk in w.ranks)
+        has_work = any(has_work_rk(rk) for rk in w.ranks)
         if not w.busy and has_work and not w.sched_pending:
             w.sched_pending = True
             push(now, 5, w)
@@ -1917,9 +2154,14 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
     def identity(r, j, c):  # R47 in cache c: None when block j of r is not identified
         if not c.caching or not r.hashes:
             return None
-        if (j + 1) * c.B > r.prompt or j >= c.k * len(r.hashes):
-            return None
-        return (j, tuple(r.hashes[: j // c.k + 1]))
+        B, k = c.B, c.k
+        if (j + 1) * B <= r.prompt and j < k * len(r.canon):  # R47 with R126's canonical list
+            return (j, tuple(r.canon[: j // k + 1]))
+        if r.succ is not None:  # R127: a block of turn k that turn k+1 names
+            lim, sc = r.succ
+            if (j + 1) * B <= lim and j < k * len(sc):
+                return (j, tuple(sc[: j // k + 1]))
+        return None
 
     def cached_at(rk, r):  # R54, R82's cached(w, q, r): rank q's own registry as it is now
         c = rk.cache
@@ -1930,6 +2172,109 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 break
             h += 1
         return h
+
+    xfer_no = [0]  # R136: host transfers submitted so far, over the whole fleet
+    host_log = []  # R140: host_transfers, in submission order
+
+    def submit(rk, kind, r, idx, entries, now):
+        """R130: a transfer of len(idx) blocks on one lane of rk, submitted at now; its host
+        transfer completion event (R136) has its submission number as order."""
+        hp = rk.host
+        n = len(idx)
+        start = max(now, hp.lane_end[kind])
+        W = hp.W[kind]
+        end = start + ceil_div(n * hp.block_bytes * 1000000, W)
+        if end > MAX_T:  # R130: R6's error, found at submission
+            raise InvalidInput(
+                "a host %s transfer of request %s would end at %d us, after 2^53-1 us (R6, R130)"
+                % (kind, r.id, end)
+            )
+        hp.lane_end[kind] = end
+        order = xfer_no[0]
+        xfer_no[0] += 1
+        host_log.append(
+            {
+                "kind": kind,
+                "worker": rk.worker.i,
+                "rank": rk.q,
+                "request": r.id,
+                "blocks": list(idx),
+                "submitted_us": now,
+                "start_us": start,
+                "end_us": end,
+            }
+        )
+        push(end, -1, ("host", kind, rk, r, entries, now), order)
+        return end, order
+
+    def offer(rk, r, reg, now):
+        """R131: r offers the blocks it registered, [(j, identity)] in block order."""
+        hp = rk.host
+        if hp is None or not reg:
+            return
+        idx, ents = [], []
+        for pos, (j, ident) in enumerate(reg):
+            if ident in hp.entries:
+                continue  # an entry (pending or resident) has it: left out
+            if len(hp.entries) >= hp.cap:
+                cands = [e for e in hp.entries.values() if not e.pending and e.pins == 0]
+                if not cands:  # every entry pending or pinned: skipped, with the rest
+                    hp.skipped_blocks += 1 + sum(
+                        1 for _, x in reg[pos + 1 :] if x not in hp.entries
+                    )  # QUESTIONS-host.md Q3
+                    break
+                victim = min(cands, key=lambda e: e.recency)  # host eviction (R131, R132)
+                del hp.entries[victim.identity]
+                hp.evictions += 1
+            e = Entry(ident)
+            hp.entries[ident] = e
+            idx.append(j)
+            ents.append(e)
+        if ents:
+            hp.stores += 1
+            hp.stored_blocks += len(ents)
+            submit(rk, "store", r, idx, ents, now)
+
+    def touch(rk, r, L, g, m):
+        """R133: r's identified blocks 0 to floor((L-1)/B)-1 outside its host run [g, g+m)
+        with a resident, unpinned entry get new host recency numbers (last block first)."""
+        hp, c = rk.host, rk.cache
+        ents = []
+        for j in range((L - 1) // c.B):
+            if g <= j < g + m:
+                continue
+            ident = identity(r, j, c)
+            e = hp.entries.get(ident) if ident is not None else None
+            if e is not None and not e.pending and e.pins == 0:
+                ents.append(e)
+        hp.number(ents)
+
+    def host_done(payload, t):
+        """R132, R134, R136: a host transfer completes at t."""
+        _, kind, rk, r, entries, submitted = payload
+        hp = rk.host
+        if kind == "store":  # its entries become resident
+            for e in entries:
+                e.pending = False
+            hp.number(entries)
+            return
+        unpinned = []
+        for e in entries:
+            e.pins -= 1
+            if e.pins == 0:
+                unpinned.append(e)
+        hp.number(unpinned)
+        c = rk.cache
+        g, m, _ = r.load
+        for j in range(g, g + m):  # R134: its destination blocks, in block order
+            ident = identity(r, j, c)
+            if ident not in c.registry:
+                c.registry[ident] = r.blocks[j]
+                r.blocks[j].identity = ident
+        r.loaded = True
+        r.load_key = (t, r.load_order)
+        r.load_wait += t - submitted  # R140
+        maybe_schedule(rk.worker, t)
 
     def rotate(w):  # R80: the j-th request placed on w joins rank j mod dp_size
         rk = w.ranks[w.rotation % len(w.ranks)]
@@ -2034,6 +2379,22 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         given = set()  # requests given a decode token or an allotment in this step
         preempted = []
         decode = []
+        # R135: before R50 step 1, the loaded requests join the running list, in the order of
+        # their loads' completions, in Prefill with (g + m) * B cached tokens
+        for r in sorted((x for x in rk.loading if x.loaded), key=lambda x: x.load_key):
+            rk.loading.remove(r)
+            r.loaded = False
+            g, m, _ = r.load
+            r.load = None
+            r.cached = (g + m) * B
+            rk.running.append(r)
+            r.running = True
+            if r.first_sched is None:  # its first admission (R137): counted when it joins
+                r.first_sched = now  # QUESTIONS-host.md Q4
+                r.reused = (g + m) * B
+                r.host_reused = m * B
+            cache.reused_tokens += (g + m) * B
+            rk.host.reused_tokens += m * B
         # R17 / R50.1: decode first
         for r in list(rk.running):
             if not r.running or not r.decoding:
@@ -2071,7 +2432,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             and not rk.resq
             and rk.waiting
             and budget > 0
-            and len(rk.running) + len(rk.resv) < max_seqs
+            and len(rk.running) + len(rk.resv) + len(rk.loading) < max_seqs  # R134's seats
         ):
             hd = rk.waiting[0]
             L = hd.prompt + hd.produced()  # R48 (R105: the hidden token included)
@@ -2083,6 +2444,36 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                         break
                     hits.append(cache.registry[ident])
             h = len(hits)
+            if rk.host is not None:  # R133: the host run after the GPU hit
+                run = []
+                while h + len(run) < (L - 1) // B:
+                    ident = identity(hd, h + len(run), cache)
+                    e = rk.host.entries.get(ident) if ident is not None else None
+                    if e is None or e.pending:
+                        break
+                    run.append(e)
+                m = len(run)
+                if m > 0:  # R134: a load, its allotment not computed
+                    own_cached = sum(1 for b in hits if b.holders == 0)
+                    if m > cache.free() + len(cache.cached) - own_cached:
+                        break
+                    rk.waiting.pop(0)
+                    hd.target = L
+                    for b in hits:
+                        cache.hold(b)
+                    hd.blocks = list(hits)
+                    for _ in range(m):
+                        hd.blocks.append(cache.take())
+                    for e in run:
+                        e.pins += 1
+                    touch(rk, hd, L, h, m)
+                    rk.host.loads += 1
+                    rk.host.loaded_blocks += m
+                    hd.load = (h, m, run)
+                    hd.loaded = False
+                    _, hd.load_order = submit(rk, "load", hd, range(h, h + m), run, now)
+                    rk.loading.append(hd)
+                    continue
             rem = L - h * B if cache is not None else L
             if mode == "chunked":
                 a = min(rem, mct, budget)
@@ -2118,6 +2509,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
                 if hd.first_sched is None:  # its first admission (R48, R118)
                     hd.reused = h * B
                 cache.reused_tokens += h * B
+                if rk.host is not None:  # R133: admitted with m = 0
+                    touch(rk, hd, L, h, 0)
             rk.running.append(hd)
             hd.running = True
             if hd.first_sched is None:
@@ -2128,7 +2521,9 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         D = len(decode)
         C = sum(r.prompt + r.produced() for r in decode)  # R22: context at the step's start
         P = sum(a for _, a, _ in allot)
-        assert D + P >= 1 or disagg  # R101: only a disaggregated fleet forms a step without one
+        # R101, R138: only a disaggregated fleet or a scheduler with a host pool forms a step
+        # without one
+        assert D + P >= 1 or disagg or rk.host is not None
         if D + P == 0:  # R101: not started, so not counted in the peaks
             return None
         rk.peak_running = max(rk.peak_running, len(rk.running))
@@ -2304,7 +2699,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         start plus the longest step's duration under the pool's profile (R84)."""
         formed = []
         for rk in w.ranks:
-            if rk.running or rk.waiting:
+            if has_work_rk(rk):
                 st = form_step(rk, now)
                 if st is not None:
                     formed.append((rk, st))
@@ -2429,19 +2824,25 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             fills = {id(r): (r.cached - 1, r.cached) for r in decode}
             for r, a, before in allot:
                 fills[id(r)] = (before, before + a)
+            regs = []  # R131: what each request registered at this step end, in block order
             for r in step_reqs:
                 lo, hi = fills[id(r)]
+                reg = []
                 for j in range(len(r.blocks)):
                     if lo < (j + 1) * B <= hi:
                         ident = identity(r, j, c)
                         if ident is not None and ident not in c.registry:
                             c.registry[ident] = r.blocks[j]
                             r.blocks[j].identity = ident
+                            reg.append((j, ident))
+                regs.append((r, reg))
             for r in done:  # then the completed requests release their blocks (R46)
                 c.release(r)
             for r in held:  # R100: a Held request keeps them, as blocks of its prefill side
                 r.pblocks, r.blocks = r.blocks, []
             c.check()
+            for r, reg in regs:  # R131: then each offers them to the host pool, in running order
+                offer(rk, r, reg, now)
         return done, held
 
     def end_pass(w, now):
@@ -2481,6 +2882,8 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
             release_prefill(r, now)
             return
         r.drank = rk
+        if rk.host is not None:
+            r.host_seen = True  # R140: its decode scheduler has a host pool
         rk.routed += 1
         rk.outstanding += 1  # R99: routed here by the decode side and not terminal
         rk.load_blocks += ceil_div(r.prompt, rk.cache.B)  # R54 over the same requests
@@ -2568,11 +2971,14 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         r.cached = r.prompt + len(r.tokens)  # its cached tokens are its prompt (R121: its L)
         r.target = r.cached
         r.hidden = 1  # R105: the hidden token counts as a token it produced
+        reg = []
         for j in range(r.dhits, len(r.blocks)):  # R47: the blocks it took, in block order
             ident = identity(r, j, c)
-            if ident is not None and ident not in c.registry:
+            if ident is not None and (j + 1) * c.B <= r.cached and ident not in c.registry:
                 c.registry[ident] = r.blocks[j]
                 r.blocks[j].identity = ident
+                reg.append((j, ident))
+        offer(rk, r, reg, now)  # R131, R139: a decode scheduler stores at an activation
         r.activation = now
         rk.activated += 1
         release_prefill(r, now)  # then its prefill scheduler releases its blocks (R46)
@@ -2943,18 +3349,22 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         rk.outstanding += 1
         if rk.cache is not None:
             rk.load_blocks += ceil_div(r.prompt, rk.cache.B)
+        if rk.host is not None:
+            r.host_seen = True  # R140: load_wait_us is not null
         rk.waiting.append(r)
         note_waiting(rk)
         maybe_schedule(w, t)
 
     while heap:
         t, prio, _, _, payload = heapq.heappop(heap)
-        if stop is not None and (t > stop or (t == stop and prio not in (0, 3))):
-            # R62, R104, R113: completions and transfer ends at or before the stop time only
+        if stop is not None and (t > stop or (t == stop and prio not in (-1, 0, 3))):
+            # R62, R104, R113, R139: completions and transfer ends at or before the stop time
             continue
         if prio in (1, 2, 6) and open_reqs[0] == 0:
             continue  # R113: a fleet event after the last terminal time is dropped
-        if prio == 0:
+        if prio == -1:  # R136: a host transfer completion, before every other kind at t
+            host_done(payload, t)
+        elif prio == 0:
             w, no = payload
             if no == w.pass_no and w.inflight is not None:
                 end_pass(w, t)
@@ -3023,6 +3433,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
         scn.get("slo"),
         kvt,
         fleet,
+        host_log,
     )
 
 
@@ -3097,7 +3508,33 @@ def worker_times(w, lo, hi):
     return out
 
 
-def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None, fleet=None):
+HOST_COUNTS = (
+    "stores",
+    "stored_blocks",
+    "loads",
+    "loaded_blocks",
+    "reused_tokens",
+    "evictions",
+    "skipped_blocks",
+)
+
+
+def host_figures(parts):
+    """R140: a host object from [(HostPool counters as a dict, block_bytes)]: the counts summed,
+    the gigabytes R24 of the summed blocks times their block_bytes over 10^9."""
+    out = {k: sum(d[k] for d, _ in parts) for k in HOST_COUNTS}
+    out["stored_gigabytes"] = q(sum(d["stored_blocks"] * bb for d, bb in parts), 10**9)
+    out["loaded_gigabytes"] = q(sum(d["loaded_blocks"] * bb for d, bb in parts), 10**9)
+    return out
+
+
+def host_counts(hp):
+    return {k: getattr(hp, k) for k in HOST_COUNTS}
+
+
+def build_report(
+    reqs, workers, pools, trace, report_version, slo=None, kvt=None, fleet=None, host_log=None
+):
     rv = int(report_version.split(".")[0])
     v3 = rv >= 3  # R52's members
     v4 = rv >= 4  # R57's member
@@ -3106,6 +3543,7 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
     v7 = rv >= 7  # R95's members
     v8 = rv >= 8  # R107's members
     v9 = rv >= 9  # R123's members
+    v10 = rv >= 10  # R140's members
     # R64: the earliest arrival of a request that arrived; the latest terminal time of all
     first_arrival = min(r.arrival for r in reqs if r.arrival is not None)
     makespan = max(r.done_t for r in reqs) - first_arrival
@@ -3193,6 +3631,9 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             e["fail_reason"] = r.fail_reason
             e["lost_tokens"] = r.lost
             e["recomputed_tokens"] = r.recomputed
+        if v10:  # R140
+            e["host_reused_prompt_tokens"] = r.host_reused
+            e["load_wait_us"] = r.load_wait if r.host_seen else None
         req_out.append(e)
     out_tokens = sum(len(r.tokens) for r in completed)
     prompt_tokens = sum(r.prompt for r in completed)
@@ -3264,6 +3705,18 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             }
             if v7:  # R95: the sum over workers
                 summary["kv_cache"]["retractions"] = sum(c.retractions for c in caches)
+            if v10:  # R140
+                hr = sum(r.host_reused for r in completed)
+                summary["kv_cache"]["host_reused_prompt_tokens"] = hr
+                summary["kv_cache"]["host_reuse_ratio"] = q(hr, prompt_tokens)
+                summary["kv_cache"]["gpu_reuse_ratio"] = q(reused - hr, prompt_tokens)
+                parts = [
+                    (host_counts(rk.host), rk.host.block_bytes)
+                    for w in workers
+                    for rk in w.ranks
+                    if rk.host is not None
+                ]
+                summary["kv_cache"]["host"] = host_figures(parts) if parts else None
     if v8:  # R107: null in an aggregated run
         if kvt is None:
             summary["transfers"] = None
@@ -3360,6 +3813,18 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
             e["migrated_out"] = w.migrated_out
             e["failed_requests"] = w.failed_requests
             e["lost_tokens"] = w.lost_tokens
+        if v10:  # R140: the sums over its ranks
+            e["host"] = (
+                None
+                if rs[0].host is None
+                else host_figures([(host_counts(rk.host), rk.host.block_bytes) for rk in rs])
+            )
+            for rk, entry in zip(rs, e["ranks"]):
+                entry["host"] = (
+                    None
+                    if rk.host is None
+                    else host_figures([(host_counts(rk.host), rk.host.block_bytes)])
+                )
         wout.append(e)
     pout = None
     if v6:  # R85: one entry per pool, in pool order
@@ -3418,6 +3883,19 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
                 pout[-1]["failures"] = sum(e["failures"] for e in mine)
                 pout[-1]["migrations"] = sum(e["migrated_out"] for e in mine)
                 pout[-1]["failed"] = sum(e["failed_requests"] for e in mine)
+            if v10:  # R140: the sums over its workers
+                mine_w = [w for w in workers if w.pool is p]
+                pout[-1]["host"] = (
+                    None
+                    if p.kv is None or "host" not in p.kv
+                    else host_figures(
+                        [
+                            (host_counts(rk.host), rk.host.block_bytes)
+                            for w in mine_w
+                            for rk in w.ranks
+                        ]
+                    )
+                )
     if trace is not None:
         # R85: in order of (start_us, worker, rank); the sort is stable, and a worker's steps
         # of one pass are appended in rank order
@@ -3425,7 +3903,10 @@ def build_report(reqs, workers, pools, trace, report_version, slo=None, kvt=None
         if not v9:
             for entry in trace:
                 del entry["cut_us"]
-    return summary, wout, req_out, trace, pout
+    hosts = None
+    if v10:  # R140: null without the trace
+        hosts = None if trace is None else list(host_log or [])
+    return summary, wout, req_out, trace, pout, hosts
 
 
 def profile_arguments(args):
@@ -3464,8 +3945,9 @@ def main(argv=None):
         "--report-version",
         choices=sorted(READS),
         default="9.0",
-        help="report 9.0 (the default, R31, R124; reads scenario 1.0 to 1.7 and workload 1.0 "
-        "to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; "
+        help="report 10.0 (R31, R141; reads scenario 1.0 to 1.8 and workload 1.0 to 1.3; the "
+        "default once the repository's reference writes it, issue 30), 9.0 (the default, "
+        "R124; reads scenario 1.0 to 1.7 and workload 1.0 to 1.2), 8.0 (R108; reads scenario 1.0 to 1.6 and workload 1.0 to 1.2), 7.0 (R96; "
         "reads scenario 1.0 to 1.5 and workload 1.0 to 1.2), 6.0 (R86; reads scenario 1.0 to "
         "1.4 and workload 1.0 to 1.2), 5.0 (reads "
         "scenario 1.0 to 1.3 and workload 1.0 to 1.2), 4.0 (reads scenario 1.0 to 1.2 and "
@@ -3515,6 +3997,7 @@ def main(argv=None):
         problems += check_styles(docs["scenario"])
         problems += check_disagg(docs["scenario"])
         problems += check_fleet(docs["scenario"])
+        problems += check_host(docs["scenario"], docs["workload"])
     if problems:
         for role, pointer, expected in problems:
             print("error: %s: %s: expected %s" % (paths[role], pointer, expected), file=sys.stderr)
@@ -3551,7 +4034,7 @@ def main(argv=None):
         p.timer = make_timer(p.tp)
     version = a.report_version
     try:
-        summary, wout, rout, trace, pout = simulate(
+        summary, wout, rout, trace, pout, hosts = simulate(
             docs["scenario"], docs["workload"], pools, a.trace, version
         )
     except InvalidInput as e:
@@ -3583,6 +4066,8 @@ def main(argv=None):
     }
     if pout is not None:
         report["pools"] = pout
+    if int(version.split(".")[0]) >= 10:  # R140
+        report["host_transfers"] = hosts
     data = rfc8785.dumps(report) + b"\n"
     d = os.path.dirname(os.path.abspath(a.output))
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".cleanroom-")

@@ -97,6 +97,23 @@ class UnrepresentableTransfer(UnrepresentableTime):
         )
 
 
+class UnrepresentableHostTransfer(UnrepresentableTime):
+    """A host transfer would end after 2**53 - 1 microseconds (SPEC.md R130, R6): found at its
+    submission, also under a stop time."""
+
+    def __init__(self, *, kind: str, request: str, submitted_us: int, end_us: int) -> None:
+        self.kind = kind
+        self.request = request
+        self.submitted_us = submitted_us
+        self.end_us = end_us
+        ServesimError.__init__(
+            self,
+            f"the host {kind} of request {request!r} submitted at {submitted_us} us would end "
+            f"at {end_us} us, after 9007199254740991 us, the largest time a report can hold "
+            "(SPEC.md R6, R130)",
+        )
+
+
 class UnrepresentableArrival(UnrepresentableTime):
     """A session's turn or a closed loop's unit would arrive after 2**53 - 1 microseconds
     (SPEC.md R59, R6): found when it is released, as a step's end is found when it is formed."""

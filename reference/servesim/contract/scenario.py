@@ -10,12 +10,14 @@ from typing import Any
 
 from servesim.contract.errors import InputProblem
 from servesim.contract.fleet_checks import fleet_change_problems
+from servesim.contract.host_checks import host_problems
 from servesim.contract.model import (
     DEFAULT_POOL,
     Autoscale,
     ClosedLoop,
     FailureEvent,
     Failures,
+    HostTier,
     KvCache,
     KvTransfer,
     Pool,
@@ -55,6 +57,7 @@ def scenario_problems(value: dict[str, Any], file: str) -> list[InputProblem]:
     problems.extend(
         InputProblem(file, where, reason) for where, reason in fleet_change_problems(value)
     )
+    problems.extend(InputProblem(file, where, reason) for where, reason in host_problems(value))
     return problems
 
 
@@ -374,6 +377,19 @@ def _kv_cache(kv_cache: dict[str, Any] | None) -> KvCache | None:
         blocks=kv_cache["blocks"],
         block_tokens=kv_cache["block_tokens"],
         prefix_caching=kv_cache["prefix_caching"],
+        host=_host_tier(kv_cache.get("host")),
+    )
+
+
+def _host_tier(host: dict[str, Any] | None) -> HostTier | None:
+    """R129: a cache's ``host`` member (scenario 1.8), ``None`` when absent."""
+    if host is None:
+        return None
+    return HostTier(
+        blocks=host["blocks"],
+        bytes_per_token=host["bytes_per_token"],
+        store_bytes_per_s=host["store_bytes_per_s"],
+        load_bytes_per_s=host["load_bytes_per_s"],
     )
 
 

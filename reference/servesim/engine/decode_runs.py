@@ -23,6 +23,14 @@ step for step, exactly while they do:
    and TensorRT-LLM's do (a trtllm head refused by its reservation stays refused while nothing
    completes); SGLang's decays its ratio every decode step, so only while no candidate for
    admission exists, untraced.
+7. No decode step but the last fills an identified block (R127, a continuing turn's generated
+   tokens' blocks): ``fill_run_limit``; the run's registrations (and, R131, its stores) are
+   then those of its last step, made when it ends.
+8. With a host pool (R129): no load or store completes inside it (the event loop cuts it at
+   its next step end: a loaded request joins the next step, R135, and a completed store may
+   let the head of the queue load, R133, when the queue is not empty), and it evicts no GPU
+   block while the queue is not empty (an eviction may shorten the head's GPU hit and so
+   lengthen its host run).
 
 A state-aware router may read the worker in the middle of a run (another worker's arrival does
 not cut it); ``keeps_router_view`` checks that nothing it reads (R54) changes inside the run.
@@ -59,7 +67,14 @@ def plan_run(step: Step, worker: Worker, model: TimingModel, max_end_us: int, tr
     memory = worker.memory
     if isinstance(memory, BlockMemory):
         preempted = bool(worker.preempted)
-        limit = block_run_limit(memory, step, preempted, worker.refused_blocks, traced)
+        refused = worker.refused_blocks
+        if memory.host is not None and worker.waiting:
+            # R133: an eviction may shorten the head's GPU hit and lengthen its host run, which
+            # can start a load where its blocks did not fit: no eviction in the run
+            refused = -1
+        limit = block_run_limit(memory, step, preempted, refused, traced)
+        if memory.ordered:  # R127: a decode step may fill an identified block
+            limit = min(limit, fill_run_limit(memory, step))
         max_steps = limit if max_steps is None else min(max_steps, limit)
     if isinstance(model, SyntheticLinearTiming):
         step.repeat = decode_run_length(step, max_end_us, max_steps)
@@ -186,6 +201,25 @@ def block_run_limit(
     return low
 
 
+def fill_run_limit(memory: BlockMemory, step: Step) -> int:
+    """R127: a run ends with the first of its steps in which a decoding request fills an
+    identified block (a generated tokens' block), so that its registration, made when the run
+    ends (``BlockMemory.step_ended``), is made at the end of the step that filled it, in
+    running order with the step's other requests' (R51); later steps may read it.
+
+    After ``step`` is formed a decoding request has c cached tokens; the run's s-th step gives
+    it ``c + s - 1``, and fills its block ``(c + s - 1) / B - 1`` when that is a whole number.
+    """
+    block_tokens = memory.cache.block_tokens
+    limit = steps_to_first_completion(step)
+    for state in step.decode:
+        cached = state.cached_tokens
+        to_boundary = -cached % block_tokens  # steps after the first until a block is filled
+        if cached + to_boundary <= state.blocks.identities.size * block_tokens:
+            limit = min(limit, to_boundary + 1)
+    return limit
+
+
 def eviction_keeps_admission_blocked(memory: BlockMemory, refused_blocks: int) -> bool:
     """Whether no eviction in a decode-only run can let the head of the queue in.
 
@@ -198,6 +232,8 @@ def eviction_keeps_admission_blocked(memory: BlockMemory, refused_blocks: int) -
     grows), and free + cached only shrinks in the run. So it stays out for certain when
     n > free + cached already.
     """
+    if refused_blocks < 0:  # R133: a host tier's head, which eviction may let load
+        return False
     cache = memory.cache
     return refused_blocks == 0 or refused_blocks > cache.free + cache.cached_count
 
@@ -213,9 +249,10 @@ def keeps_router_view(step: Step, memory: Memory) -> bool:
     ``outstanding`` and ``load_blocks`` change only when a request is routed here (which
     cuts the run) and when one completes, and a run ends at its first completion. With a
     cache (a ``BlockMemory``) the registry, which ``cached(w, r)`` reads, must not change either.
-    It changes only by registration and eviction. A run registers nothing: registration
-    happens at the end of a step with prefill (R47, R51), and a run has none (output tokens
-    are never identified). A run evicts nothing as long as the blocks its later steps take
+    It changes only by registration and eviction. A run registers nothing before it ends:
+    registration happens at the end of a step with prefill (R47, R51), which a run has not,
+    or (R127) at the end of a decode step filling a generated tokens' block, which ends its
+    run (``fill_run_limit``). A run evicts nothing as long as the blocks its later steps take
     are free ones, which ``block_run_limit`` ensures when the registry is watched; if runs
     ever evict, a state-aware router would see a stale registry, and this check fails.
     """

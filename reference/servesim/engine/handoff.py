@@ -58,6 +58,8 @@ def hand_off(state: RequestState, source: Worker, decode: Worker, now_us: int) -
     decode.outstanding += 1  # R99: counted until it is terminal
     decode.load_blocks += decode.memory.prompt_blocks(state)
     decode.pending.append(state)
+    if decode.memory.host is not None and state.load_wait_us is None:  # R140
+        state.load_wait_us = 0
 
 
 def try_reservations(decode: Worker, transfer: KvTransfer, now_us: int) -> list[RequestState]:
@@ -125,7 +127,7 @@ def activate(state: RequestState, now_us: int) -> Worker:
     decode.activated += 1
     state.hidden = 1
     handoff.activation_us = now_us
-    _memory(decode).activated(state, handoff.hit)
+    _memory(decode).activated(state, handoff.hit, now_us)
     source = handoff.source
     _memory(source).cache.release(handoff.source_blocks)  # R46: last block first
     handoff.source_blocks = HeldBlocks()

@@ -1,7 +1,8 @@
 """The event loop: one logical clock drives the whole fleet (SPEC.md section 2, R6 to R8).
 
-Events are ordered by one key, ``(time_us, kind, order)`` (R7): step completions before
-arrivals before scheduling at the same microsecond; then completions in the order they were
+Events are ordered by one key, ``(time_us, kind, order)`` (R7): (R136: host transfer
+completions first, with a host pool, then) step completions before arrivals before scheduling
+at the same microsecond; then completions in the order they were
 created, arrivals by workload position (R60) and scheduling events by worker index. Section 13
 adds arrivals made during the run (a session's later turns, R59; a closed loop's units, R61) and
 a stop time after which nothing happens (R62), an event of its own between the completions and
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from servesim.contract.continuing_turns import continuing_turns
 from servesim.contract.errors import (
     UnrepresentableArrival,
     UnrepresentableTime,
@@ -40,6 +42,7 @@ from servesim.engine.decode_runs import keeps_router_view, plan_run, steps_to_fi
 from servesim.engine.fleet_view import FirstBlocks, FleetView
 from servesim.engine.formation import make_formation
 from servesim.engine.handoff import activate, hand_off, try_reservations
+from servesim.engine.kv.host_tier import HostPool, HostTransfer, HostTransfers
 from servesim.engine.kv.identities import HashPrefixes
 from servesim.engine.memory import Memory, UnlimitedMemory
 from servesim.engine.passes import RankGroup, add_passes
@@ -55,17 +58,19 @@ if TYPE_CHECKING:
 MAX_TIME_US = (1 << 53) - 1
 
 #: R7's priorities, lowest first, as the kinds of event in the queue's key; R62's stop time
-#: comes after the completions at it and before anything else at it. R113's fleet events
-#: (failures, worker transitions, scaling decisions) exist only in a fleet that changes
-#: (``servesim.engine.fleet_changes``); the others keep their relative order.
-STEP_COMPLETION = 0
-FAILURE = 1
-TRANSITION = 2
-TRANSFER_END = 3
-STOP = 4
-ARRIVAL = 5
-SCHEDULING = 6
-DECISION = 7
+#: comes after the completions at it and before anything else at it. R136's host transfer
+#: completions come first of all (only with a host pool, which a fleet that changes has not).
+#: R113's fleet events (failures, worker transitions, scaling decisions) exist only in a fleet
+#: that changes (``servesim.engine.fleet_changes``); the others keep their relative order.
+HOST_TRANSFER = 0
+STEP_COMPLETION = 1
+FAILURE = 2
+TRANSITION = 3
+TRANSFER_END = 4
+STOP = 5
+ARRIVAL = 6
+SCHEDULING = 7
+DECISION = 8
 
 #: How many arrivals pass between two calls of a progress callback.
 PROGRESS_EVERY = 2048
@@ -100,6 +105,8 @@ class SimulationResult:
     fleet: FleetRecord | None = None
     """R123: what a fleet that changed did (``fleet_changes``); ``None`` for a fleet that
     never changes."""
+    host_transfers: list[HostTransfer] | None = None
+    """R140: every host transfer submitted, in submission order, when traced."""
 
 
 def simulate(
@@ -145,6 +152,7 @@ def simulate(
         units=loop.units,
         pools=scenario.pools,
         transfer=scenario.kv_transfer,
+        host_transfers=loop.factory.transfers.recorded,
     )
 
 
@@ -180,6 +188,7 @@ class WorkerFactory:
     its schedulers numbered after every earlier one's (and on its side, R99)."""
 
     __slots__ = (
+        "chains",
         "decode_blocks",
         "first_blocks",
         "formations",
@@ -188,6 +197,7 @@ class WorkerFactory:
         "scenario",
         "schedulers",
         "timings",
+        "transfers",
         "units",
         "unlimited",
         "workload",
@@ -211,12 +221,16 @@ class WorkerFactory:
         self.on_side = {None: 0, "prefill": 0, "decode": 0}
         self.decode_blocks = FirstBlocks()  # R99: nobody routes by the decode side's caches
         self.formations = [make_formation(pool.scheduler) for pool in scenario.pools]
+        self.chains = continuing_turns(workload)  # R125 to R127: found before the run
+        self.transfers = HostTransfers(HOST_TRANSFER)  # R136: numbered over the whole fleet
 
-    def memory(self, pool_index: int, side_index: int) -> Memory:
-        """A rank's memory as new: unlimited, or its pool's cache with every block free."""
+    def memory(self, pool_index: int, side_index: int, worker: int = 0, rank: int = 0) -> Memory:
+        """A rank's memory as new: unlimited, or its pool's cache with every block free (and,
+        R129, its own empty host pool when the cache has ``host``)."""
         pool = self.scenario.pools[pool_index]
         if pool.kv_cache is None:
             return self.unlimited
+        host = pool.kv_cache.host
         return BlockMemory(
             side_index,
             pool.kv_cache,
@@ -225,6 +239,9 @@ class WorkerFactory:
             self.decode_blocks if pool.role == "decode" else self.first_blocks,
             # read mid-run: no run evicts
             registry_watched=self.scenario.routing.state_aware,
+            chains=self.chains,
+            host=None if host is None else HostPool(host, pool.kv_cache.block_tokens, worker, rank),
+            transfers=self.transfers,
         )
 
     def add(self, pool_index: int) -> Worker | RankGroup:
@@ -241,7 +258,7 @@ class WorkerFactory:
             on_side[role] += 1
             worker = Worker(
                 index,
-                self.memory(pool_index, side_index),
+                self.memory(pool_index, side_index, index, rank),
                 formation,
                 timing,
                 rank=rank,
@@ -376,6 +393,10 @@ class EventLoop:
         self.progress = progress
         self.arrived = 0
         self.queue: list[tuple[int, int, int, int]] = []  # (time_us, kind, order, subject)
+        transfers = self.factory.transfers  # R136: host transfer completions join the queue
+        transfers.queue = self.queue
+        if record_trace:
+            transfers.recorded = []
         self.sequence = itertools.count()  # R7: completions in the order they were created
         # Arrivals known at the start (R60) enter the queue one at a time, in R8's order: the
         # queue holds at most one of them, the earliest left, besides every released arrival,
@@ -396,6 +417,7 @@ class EventLoop:
         queue = self.queue
         pop = heapq.heappop
         handlers = (
+            self.host_transfer_completion,
             self.step_completion,
             self.failure,
             self.transition,
@@ -412,6 +434,31 @@ class EventLoop:
             self._cut_off(self.stop_us)
 
     # --- the handlers, one per kind of event, in R7's order
+
+    def host_transfer_completion(self, now_us: int, order: int, subject: int) -> None:
+        """R132, R134, R136: a host transfer ends. A store's entries become resident; a load's
+        entries lose their pins, its blocks are registered, and its request is loaded: its
+        worker, if idle, schedules now (R134), and a run in flight there ends at its next step
+        end, for the request joins the next step formed (R135). A store completion makes
+        nobody runnable, but it may let the head of the queue start a load: a run there ends at
+        its next step end too, when the queue is not empty."""
+        transfer = self.factory.transfers.complete(order)
+        pool = transfer.pool
+        worker = self.units[pool.worker]
+        scheduler = worker.ranks[pool.rank] if isinstance(worker, RankGroup) else worker
+        memory = scheduler.memory
+        assert isinstance(memory, BlockMemory)
+        if transfer.kind == "store":
+            pool.stored(transfer.identities)
+            if scheduler.waiting:
+                self._cut_run(scheduler, now_us)
+            return
+        memory.load_completed(transfer)
+        state = transfer.state
+        scheduler.loading.remove(state)
+        scheduler.loaded.append(state)
+        self._cut_run(scheduler, now_us)
+        self._request_unit_scheduling(worker, now_us)
 
     def step_completion(self, now_us: int, order: int, index: int) -> None:
         """R20, R51: worker ``index``'s step in flight ends (unless an arrival cut its run
@@ -544,7 +591,7 @@ class EventLoop:
                     self._step_ended(rank, step, now_us)
                     step = None
             if step is None:
-                if not (rank.running or rank.waiting):
+                if not (rank.running or rank.waiting or rank.loaded):
                     continue
                 step = rank.form_step(now_us)
                 if step is None:  # R101: no token, no step; R102 (c): reservations tried
@@ -704,12 +751,24 @@ class EventLoop:
             state.output_limit = 1
         worker.enqueue(state)
         self.router.counters_changed(fleet_view, worker.side_index)
+        self._cut_run(worker, now_us)
+        group = worker.group
+        if group is not None:  # R83: it waits for the worker's next pass
+            self._request_group_scheduling(group, now_us)
+            return
+        self._request_scheduling(worker, now_us)
+
+    def _cut_run(self, worker: Worker, now_us: int) -> None:
+        """A run of steps (or passes) in flight at ``worker``'s worker ends at its next step
+        boundary at or after now: something that its next step may read changed (a request
+        joined, R12; a load or store completed, R136)."""
         group = worker.group
         if group is not None:  # R83: it waits for the worker's next pass
             cut = False
             remaining = group.carry.remaining
             # R7: the arrivals at an instant come before the scheduling at it, so a pass in
             # flight started before now, and its steps' passes before it ended before now
+            # (R136: a host transfer completion comes before the pass end at its instant)
             assert group.in_flight is None or group.carry.start_us < now_us
             for step in group.in_flight or ():  # a run of passes ends at the pass end at or
                 passes = step.repeat  # after now, every rank's step alike
@@ -718,12 +777,10 @@ class EventLoop:
             group.carry.close(worker.rank)  # its step may differ from the next pass on
             if cut:
                 group.completion_sequence = self._push_completion(step.end_us, group.index)
-            self._request_group_scheduling(group, now_us)
             return
         run = worker.in_flight
         if run is not None and run.truncate_at(now_us):
             worker.completion_sequence = self._push_completion(run.end_us, worker.index)
-        self._request_scheduling(worker, now_us)
 
     # --- section 17: a disaggregated fleet's handoffs (``servesim.engine.handoff``)
 
@@ -831,11 +888,12 @@ class EventLoop:
 
     def _request_scheduling(self, worker: Worker, now_us: int) -> None:
         """R16: an idle worker with work schedules at the current instant, once."""
-        # R16's "has work": a request running or waiting, read here once per event
+        # R16's "has work": a request running or waiting (R135: or loaded), read here once
+        # per event
         if (
             worker.in_flight is None
             and not worker.schedule_pending
-            and (worker.running or worker.waiting)
+            and (worker.running or worker.waiting or worker.loaded)
         ):
             worker.schedule_pending = True
             heapq.heappush(self.queue, (now_us, SCHEDULING, worker.index, worker.index))
@@ -845,7 +903,7 @@ class EventLoop:
         if group.in_flight is not None or group.schedule_pending:
             return
         for rank in group.ranks:  # R83's "has work": a rank has a request running or waiting
-            if rank.running or rank.waiting:
+            if rank.running or rank.waiting or rank.loaded:  # (R135: or loaded)
                 group.schedule_pending = True
                 heapq.heappush(self.queue, (now_us, SCHEDULING, group.index, group.index))
                 return

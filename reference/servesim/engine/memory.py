@@ -15,6 +15,7 @@ from servesim.engine.kv.counters import KvCacheCounters
 from servesim.engine.kv.identities import NO_IDENTITIES, BlockIdentities
 
 if TYPE_CHECKING:
+    from servesim.engine.kv.host_tier import HostPool
     from servesim.engine.requests import RequestState
     from servesim.engine.step import Step
 
@@ -27,6 +28,15 @@ class Memory(Protocol):
         """R45: every request of this worker can always have every block it asks for, so
         ``grow``, ``release``, ``admit`` and the rest change nothing and a policy may skip
         them (the hot path without a cache)."""
+
+    @property
+    def ordered(self) -> bool:
+        """R51, R127: whether its step ends need the running list as each step was formed
+        (``Step.order``): with continuing turns (R125) or a host tier (R131)."""
+
+    @property
+    def host(self) -> HostPool | None:
+        """R129: its scheduler's host pool; ``None`` without one (always without a cache)."""
 
     @property
     def counters(self) -> KvCacheCounters | None:
@@ -61,6 +71,15 @@ class Memory(Protocol):
         """R48, R50 step 3: the offered request holds its hit blocks, then takes its new
         blocks, and has ``cached`` cached tokens."""
 
+    def host_run(self, state: RequestState) -> int:
+        """R133: the offered request's host run m (0 without a host pool)."""
+
+    def start_load(self, state: RequestState, run: int, now_us: int) -> bool:
+        """R134: the offered request starts its load of ``run`` blocks, if it can have them."""
+
+    def join(self, state: RequestState, now_us: int) -> None:
+        """R135: a loaded request joins the running list now."""
+
     def formed(self, step: Step, preempted: list[RequestState]) -> None:
         """R52: what the step just formed says of the cache (its blocks, its victims)."""
 
@@ -78,6 +97,8 @@ class UnlimitedMemory:
     __slots__ = ()
 
     unlimited = True
+    ordered = False
+    host = None
     counters = None
 
     def identities(self, state: RequestState) -> BlockIdentities:
@@ -103,6 +124,15 @@ class UnlimitedMemory:
 
     def admit(self, state: RequestState, cached: int) -> None:
         pass
+
+    def host_run(self, state: RequestState) -> int:
+        return 0
+
+    def start_load(self, state: RequestState, run: int, now_us: int) -> bool:
+        raise AssertionError("R129: no host pool without a cache")
+
+    def join(self, state: RequestState, now_us: int) -> None:
+        raise AssertionError("R129: no host pool without a cache")
 
     def formed(self, step: Step, preempted: list[RequestState]) -> None:
         pass

@@ -16,6 +16,7 @@ from servesim.engine.token_times import TokenTimes
 
 if TYPE_CHECKING:
     from servesim.engine.handoff import Handoff
+    from servesim.engine.kv.host_tier import HostTransfer
 
 
 @dataclass(slots=True, eq=False)
@@ -78,6 +79,13 @@ class RequestState:
     handoff: Handoff | None = None
     """R100 to R104: its way from its prefill worker to its decode worker, once its prefill
     has ended in a disaggregated fleet."""
+    load: HostTransfer | None = None
+    """R134, R135: its load from a host pool while it is loading or loaded; ``None`` otherwise."""
+    host_reused_prompt_tokens: int = 0
+    """R137, R140: the host part of its reuse at its first admission."""
+    load_wait_us: int | None = None
+    """R140: the sum of its completed loads' waits (end minus submission); ``None`` until it
+    joins a scheduler with a host pool (and for good if it never does)."""
 
     def __post_init__(self) -> None:
         self.prefill_target = self.request.prompt_tokens

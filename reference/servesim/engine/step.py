@@ -68,6 +68,10 @@ class Step:
     cut_us: int | None = None
     """R117, R123: the failure that cut the step, which never ended; ``None`` otherwise (a
     step cut by a stop time is known by its end after it)."""
+    order: list[RequestState] | None = None
+    """R51, R127: the running list as the step was formed, when a decode step may fill an
+    identified block (continuing turns) or its registrations are offered to a host pool;
+    ``None`` otherwise (then the prefill list is in running order, and only it registers)."""
     prefill_tokens: int = field(init=False)
     """R22's P: the prompt tokens one step prefills, over all requests (its allotments are
     fixed once it is formed: summed once, for the timing model and the worker both read it)."""

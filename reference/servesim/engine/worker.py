@@ -48,6 +48,8 @@ class Worker:
         "itl_gaps",
         "kv_counters",
         "load_blocks",
+        "loaded",
+        "loading",
         "memory",
         "output_tokens",
         "outstanding",
@@ -154,6 +156,12 @@ class Worker:
         """R107: the requests whose prefill ended here."""
         self.activated = 0
         """R107: the requests activated here."""
+        self.loading: list[RequestState] = []
+        """R134: its requests whose load from its host pool is in flight, in the order their
+        loads started (the loading list, less its loaded requests)."""
+        self.loaded: list[RequestState] = []
+        """R134, R135: its requests whose load completed, in the order of the completions;
+        they join the running list when its next step is formed."""
 
     def enqueue(self, state: RequestState) -> None:
         """R12: an accepted request joins the tail of the waiting queue."""
@@ -166,6 +174,13 @@ class Worker:
         self.peak_waiting = max(self.peak_waiting, len(self.waiting))
         if self.group is not None:  # R85: the worker's peak is over its ranks' queues together
             self.group.joined()
+        if self.memory.host is not None and state.load_wait_us is None:  # R140
+            state.load_wait_us = 0
+
+    @property
+    def has_work(self) -> bool:
+        """R16, R135: a request running or waiting, or a loaded one (a loading one is not)."""
+        return bool(self.running or self.waiting or self.loaded)
 
     @property
     def style(self) -> str:
@@ -185,7 +200,10 @@ class Worker:
         ratio = self.ratio  # R89: the value admission uses, before the step changes it
         decode, prefill = self.formation.form(self, now_us)
         if not (decode or prefill):  # R101: held blocks or reservations left no token
-            assert self.role is not None, "R16: a worker with work always forms a non-empty step"
+            # R138: with a host pool, blocks held by loading requests
+            assert self.role is not None or self.memory.host is not None, (
+                "R16: a worker with work always forms a non-empty step"
+            )
             return None
         self.peak_running = max(self.peak_running, len(self.running))
         step = Step(self.index, now_us, 0, decode, prefill, rank=self.rank, new_token_ratio=ratio)
@@ -193,6 +211,8 @@ class Worker:
             step.retracted = [state.request.id for state in self.retracted]
         if not self.memory.unlimited:  # R45: without a cache there is nothing to record
             self.memory.formed(step, self.preempted)
+            if self.memory.ordered:  # R51, R127: registrations in running order
+                step.order = list(self.running)
         return step
 
     def retract(self, victim: RequestState) -> None:

@@ -59,8 +59,11 @@ class VllmFormation:
         """Nothing of the style's own changes at a step end."""
 
     def form(self, worker: Worker, now_us: int) -> Batch:
-        """R50's three parts in order: decode, running prefills, admission."""
+        """R50's three parts in order: decode, running prefills, admission; before them, with a
+        host pool, the loaded requests join the running list (R135)."""
         served: set[RequestState] = set()  # R49: given a decode token or an allotment
+        if worker.loaded:
+            _join_loaded(worker, now_us)
         running = worker.running
         if worker.memory.unlimited:  # R17: every Decode request, in running order
             decode = [state for state in running if state.decoding]
@@ -125,11 +128,22 @@ class VllmFormation:
         if worker.pending:
             return
         seats = limits.max_num_seqs - len(worker.incoming)
-        while waiting and budget > 0 and len(running) < seats:
+        loading = worker.loading  # R134: loading requests hold seats too
+        host = memory.host
+        while waiting and budget > 0 and len(running) + len(loading) < seats:
             head = waiting[0]
             # R48's L (R105: a decode side's hidden token is a produced one)
             target = head.request.prompt_tokens + head.token_times_us.count + head.hidden
             reused = memory.reusable(head, target)
+            if host is not None:  # R133: a host run m > 0 starts a load instead (R134)
+                run = memory.host_run(head)
+                if run:
+                    if not memory.start_load(head, run, now_us):
+                        break  # R134: the head waits; no skipping, no preemption
+                    waiting.popleft()
+                    head.prefill_target = target
+                    loading.append(head)
+                    continue
             tokens = allotment(target - reused, budget, limits, head.recomputing)
             if tokens == 0:
                 break
@@ -168,6 +182,16 @@ class VllmFormation:
                 return False
             if memory.grow(state, tokens):
                 return True
+
+
+def _join_loaded(worker: Worker, now_us: int) -> None:
+    """R135: before R50 step 1, each loaded request, in the order of its load's completion,
+    leaves the loading list and joins the tail of the running list in Prefill."""
+    memory = worker.memory
+    for state in worker.loaded:
+        memory.join(state, now_us)
+        worker.running.append(state)
+    worker.loaded = []
 
 
 def _victim(

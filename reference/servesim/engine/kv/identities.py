@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import overload
 
+from servesim.contract.continuing_turns import ChainHashes
 from servesim.contract.model import Request
 
 Identity = int
@@ -61,6 +62,23 @@ class BlockIdentities(Sequence[Identity]):
             raise IndexError(index)
         hashed, offset = divmod(index, self.per_hash)
         return self.numbers[hashed] * self.per_hash + offset
+
+    def span(self, start: int, stop: int) -> list[Identity]:
+        """The identities of blocks ``start`` to ``stop - 1`` (within the sequence), at once."""
+        stop = min(stop, self.size)
+        per_hash, numbers = self.per_hash, self.numbers
+        if per_hash == 1:
+            return numbers[start:stop]
+        if start >= stop:
+            return []
+        first, last = start // per_hash, (stop - 1) // per_hash
+        named: list[Identity] = []
+        for index in range(first, last + 1):  # a hashed block's engine blocks at once
+            base = numbers[index] * per_hash - index * per_hash  # block j is base + j
+            low = start if index == first else index * per_hash
+            high = stop if index == last else (index + 1) * per_hash
+            named.extend(range(base + low, base + high))
+        return named
 
     def __eq__(self, other: object) -> bool:
         """Equal to any list, tuple or ``BlockIdentities`` of the same identities."""
@@ -121,3 +139,25 @@ def block_identities(
     if count == 0:
         return BlockIdentities([], per_hash, 0)
     return BlockIdentities(prefixes.numbers(hashes[: (count - 1) // per_hash + 1]), per_hash, count)
+
+
+def chain_identities(
+    request: Request,
+    chain: ChainHashes,
+    block_tokens: int,
+    hash_block_tokens: int,
+    prefixes: HashPrefixes,
+) -> BlockIdentities:
+    """R126, R127: the identities of a chain's turn (prefix caching on): R47's blocks named by
+    its canonical list, and, when it has a successor, its blocks j with ``(j + 1) * B <=
+    min(P_k + max_output_tokens_k, P_(k+1))`` and ``j < k * n'`` named by the successor's
+    canonical list (``chain.hashes``, which agrees with its own on every hash they share).
+    Both sets are runs from block 0, so their union is one: blocks 0 to ``count - 1``."""
+    per_hash = hash_block_tokens // block_tokens  # k
+    own = min(request.prompt_tokens // block_tokens, per_hash * chain.own_hashes)  # R47
+    generated = min(chain.generated_tokens // block_tokens, per_hash * chain.successor_hashes)
+    count = max(own, generated)
+    if count == 0:
+        return BlockIdentities([], per_hash, 0)
+    hashes = chain.hashes[: (count - 1) // per_hash + 1]
+    return BlockIdentities(prefixes.numbers(hashes), per_hash, count)
