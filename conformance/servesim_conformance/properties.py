@@ -131,6 +131,27 @@ def reads_fleet_changes(description: Description) -> bool:
     )
 
 
+def reads_continuing_sessions(description: Description) -> bool:
+    """Whether the implementation and the reference both read workload 1.3, the version with
+    ``session_prompts_extend`` (R141), and scenario 1.3 and workload 1.2 (the sessions,
+    caches and routing its generated cases combine it with)."""
+    return reads_sessions(description) and (
+        description.declares("workload", "1.3") and "1.3" in SUPPORTED_VERSIONS["workload"]
+    )
+
+
+def reads_host_tier(description: Description) -> bool:
+    """Whether the implementation and the reference both read scenario 1.8, the version with
+    ``kv_cache.host`` (R141), and workload 1.3 and scenario 1.7's earlier members (pools,
+    styles, disaggregation) its generated cases are drawn with."""
+    return (
+        reads_continuing_sessions(description)
+        and reads_fleet_changes(description)
+        and description.declares("scenario", "1.8")
+        and "1.8" in SUPPORTED_VERSIONS["scenario"]
+    )
+
+
 def reference_report(documents: Documents, *, trace: bool = True) -> bytes:
     """The reference's report bytes for generated documents, in-process."""
     loaded = [

@@ -1214,3 +1214,404 @@ def fleet_input_triples(
     scenario, workload, timing = draw(base if base is not None else triples)
     horizon = max(request["arrival_us"] for request in workload["requests"]) + 1_000
     return draw(fleet_changes(scenario, horizon)), workload, timing
+
+
+# --- Multi-turn reuse and the host KV tier (SPEC.md section 19) ----------------------------------
+
+#: R129: bytes of KV cache per token of the host pools drawn. With blocks of 1 to 8 tokens and
+#: ``BANDWIDTHS`` on both lanes a block's copy takes from 1 us (R130's least) to 32 ms, from far
+#: shorter than a step to far longer.
+HOST_BYTES_PER_TOKEN = (1, 100, 1_000, 4_000)
+#: Outputs up to this many tokens are answered in a continuing turn's prompt (R125); a longer
+#: one (``EXTREME_OUTPUTS``) leaves the pair not continuing.
+ANSWERED_OUTPUT = 64
+#: The longest prompt a continuing turn is given (sessions grow by a turn's prompt and answer).
+LONGEST_CONTINUING_PROMPT = 240
+
+
+@st.composite
+def host_members(draw: st.DrawFn, *, gpu_blocks: int = 8) -> dict[str, int]:
+    """R129's ``kv_cache.host`` for a GPU cache of ``gpu_blocks``: mostly a pool of half to
+    four times the GPU's blocks (a host pool no larger than the GPU cache rarely holds what the
+    GPU evicted, R133), one time in four a tiny one (1 to 3 entries: host evictions and skipped
+    blocks, R131), and a drawn size and bandwidth for each lane. Shrinks towards as many
+    entries as GPU blocks, 1 byte per token and a slow link."""
+    if draw(st.integers(0, 3)) == 3:
+        blocks = draw(st.integers(1, 3))
+    else:
+        blocks = max(
+            1, gpu_blocks * draw(st.sampled_from((1, 2, 4))) // draw(st.sampled_from((1, 2)))
+        )
+    return {
+        "blocks": min(blocks, 2**32 - 1),
+        "bytes_per_token": draw(st.sampled_from(HOST_BYTES_PER_TOKEN)),
+        "store_bytes_per_s": draw(st.sampled_from(BANDWIDTHS)),
+        "load_bytes_per_s": draw(st.sampled_from(BANDWIDTHS)),
+    }
+
+
+def _style(limits: dict[str, Any]) -> str:
+    """R88: a scheduler's style (``"vllm"`` when absent)."""
+    style: str = limits.get("style", "vllm")
+    return style
+
+
+def cache_users(scenario: dict[str, Any]) -> list[tuple[dict[str, Any], list[str]]]:
+    """R77, R129: each cache of ``scenario`` (the top-level one first, then the pools' own)
+    with the styles of the pools that use it (a pool without its own ``scheduler`` has the
+    scenario's limits; one with its own, its own style)."""
+    result: list[tuple[dict[str, Any], list[str]]] = []
+    pools = scenario["fleet"].get("pools")
+    top = scenario.get("kv_cache")
+    if top is not None:
+        if pools is None:
+            result.append((top, [_style(scenario["scheduler"])]))
+        else:
+            users = [
+                _style(pool.get("scheduler", scenario["scheduler"]))
+                for pool in pools
+                if "kv_cache" not in pool
+            ]
+            result.append((top, users))
+    for pool in pools or []:
+        if "kv_cache" in pool:
+            result.append(
+                (pool["kv_cache"], [_style(pool.get("scheduler", scenario["scheduler"]))])
+            )
+    return result
+
+
+def _at_least(version: str, least: str) -> str:
+    """The later of two minor versions of one major (``"1.4"``, ``"1.3"`` -> ``"1.4"``)."""
+    return max(version, least, key=lambda value: tuple(int(part) for part in value.split(".")))
+
+
+@st.composite
+def with_host_pools(draw: st.DrawFn, scenario: dict[str, Any]) -> dict[str, Any]:
+    """``scenario`` as a scenario 1.8 whose caches get R129's ``host`` four times in five where
+    R129 allows it (every pool using the cache of style ``"vllm"``), prefix caching turned on
+    for it when off (half the time; otherwise that cache keeps no host pool), so that fleets mix
+    schedulers with and without a host pool; at least one cache gets one when any may. A
+    scenario without a cache stays without. Shrinks towards every allowed cache with a host
+    pool of one entry."""
+    result = copy.deepcopy(scenario)
+    allowed = [cache for cache, users in cache_users(result) if all(u == "vllm" for u in users)]
+    hosted = 0
+    for cache in allowed:
+        if draw(st.integers(0, 4)) == 4:
+            continue
+        if not cache["prefix_caching"]:
+            if draw(st.booleans()):
+                continue
+            cache["prefix_caching"] = True
+        cache["host"] = draw(host_members(gpu_blocks=cache["blocks"]))
+        hosted += 1
+    if allowed and not hosted:
+        allowed[0]["prefix_caching"] = True
+        allowed[0]["host"] = draw(host_members(gpu_blocks=allowed[0]["blocks"]))
+    result["schema_version"] = "1.8"
+    return result
+
+
+def _unsessioned(workload: dict[str, Any]) -> dict[str, Any]:
+    """``workload`` without sessions (R59): each request keeps its ``arrival_us``."""
+    result = copy.deepcopy(workload)
+    result.pop("sessions", None)
+    for request in result["requests"]:
+        request.pop("session", None)
+        request.pop("think_time_us", None)
+    return result
+
+
+@st.composite
+def continuable(draw: st.DrawFn, turn: dict[str, Any], *, hash_block_tokens: int, own: int) -> None:
+    """Make ``turn`` one a next turn can continue (R125), keeping whether it continues the turn
+    before it: a prompt of at least one hashed block (raised to H to 2 H tokens when shorter;
+    a prompt grows, so a continuing turn still grows), and hashes for at least its full hashed
+    blocks (its own list, lengthened with hashes of its own, ``own``, up to ``floor(P / H)`` or
+    ``ceil(P / H)``; a turn without hashes gets only its own, so it continues nothing)."""
+    size = hash_block_tokens
+    if turn["prompt_tokens"] < size:
+        turn["prompt_tokens"] = size + draw(st.integers(0, size))
+    prompt = turn["prompt_tokens"]
+    hashes = list(turn.get("prefix_hashes") or [])
+    target = prompt // size + draw(st.integers(0, 1 if prompt % size else 0))
+    if len(hashes) < prompt // size:
+        hashes += [2_000_000 * (own + 1) + position for position in range(len(hashes), target)]
+    turn["prefix_hashes"] = hashes
+
+
+@st.composite
+def extending_turn(
+    draw: st.DrawFn,
+    previous: dict[str, Any],
+    turn: dict[str, Any],
+    *,
+    hash_block_tokens: int,
+    own: int,
+) -> None:
+    """Make ``turn`` continue ``previous`` (R125), five times in six first making ``previous``
+    ``continuable``: a prompt longer than the previous prompt and
+    answer by 1 to 2 H tokens, hashes beginning with the previous turn's full hashed blocks'
+    (``floor(P / H)``) and then, for the rest of its blocks (mostly all of them, so that R127
+    identifies the answer's blocks), the previous turn's hash of its partial block now and then
+    (R126's canonical hash then changes nothing) and otherwise hashes of the session's own
+    (``own``) or of a template every session shares (so that identities, and the blocks of
+    answers, are shared across sessions and with requests outside them). A previous turn
+    without hashes, without a full hashed block, with an empty or enormous answer, or too long,
+    is left alone: that pair does not continue."""
+    size = hash_block_tokens
+    if draw(st.integers(0, 5)) < 5:
+        draw(continuable(previous, hash_block_tokens=size, own=own))
+    prompt, answer = previous["prompt_tokens"], previous["max_output_tokens"]
+    hashes = previous.get("prefix_hashes")
+    if hashes is None or prompt < size or not 0 < answer <= ANSWERED_OUTPUT:
+        return
+    new_prompt = prompt + answer + draw(st.integers(1, 2 * size))
+    if new_prompt > LONGEST_CONTINUING_PROMPT:
+        return
+    full = prompt // size
+    most = -(-new_prompt // size)
+    count = max(full, most - draw(st.sampled_from((0, 0, 0, 1, most - full))))
+    shared = draw(st.booleans())
+    tail = [
+        (900_000 if shared else 1_000_000 * (own + 1)) + position for position in range(full, count)
+    ]
+    if tail and len(hashes) > full and draw(st.booleans()):
+        tail[0] = hashes[full]  # the previous turn's partial block's own hash
+    turn["prompt_tokens"] = new_prompt
+    turn["prefix_hashes"] = hashes[:full] + tail
+
+
+@st.composite
+def extending_sessions(draw: st.DrawFn, workload: dict[str, Any]) -> dict[str, Any]:
+    """``workload`` (with ``prefix_hash_block_tokens``) as a workload 1.3 with
+    ``session_prompts_extend`` (R125): its requests regrouped into sessions (``with_sessions``:
+    think times, recorded arrivals) whose later turns mostly extend the turn before
+    (``extending_turn``); one pair in six is left as drawn (most then do not continue). One time
+    in eight the member is ``false`` (the same pairs, none continuing). Shrinks towards every
+    request in one session, each turn continuing."""
+    size = workload["prefix_hash_block_tokens"]
+    result = draw(with_sessions(_unsessioned(workload)))
+    last: dict[str, dict[str, Any]] = {}
+    for index, request in enumerate(result["requests"]):
+        name = request.get("session")
+        if name is None:
+            continue
+        previous = last.get(name)
+        last[name] = request
+        if previous is not None and draw(st.integers(0, 5)) < 5:
+            draw(extending_turn(previous, request, hash_block_tokens=size, own=index))
+    result["schema_version"] = "1.3"
+    result["session_prompts_extend"] = draw(st.integers(0, 7)) < 7
+    return result
+
+
+def _raise_limits(limits: dict[str, Any], longest: int, prompt: int) -> bool:
+    """Raise ``limits`` in place so that a request of ``longest`` tokens fits ``max_model_len``
+    and, in whole prefill, a prompt of ``prompt`` tokens fits the budget (R10); whether
+    anything changed."""
+    changed = False
+    if limits["max_model_len"] < longest:
+        limits["max_model_len"] = longest
+        changed = True
+    if limits["prefill"]["mode"] == "whole" and limits["max_batched_tokens"] < prompt:
+        limits["max_batched_tokens"] = prompt
+        changed = True
+    return changed
+
+
+@st.composite
+def fitted_to(draw: st.DrawFn, documents: Documents, *, before: dict[str, Any]) -> Documents:
+    """``documents`` whose workload's prompts grew from ``before``'s: every limit raised so that
+    the grown requests are accepted as the drawn ones were (R10), each cache at least the
+    largest request alone plus 0 to 2 blocks (a small cache still, R49), and a measured timing
+    profile (which covers only the drawn limits, R40) replaced by a synthetic one when a limit
+    was raised."""
+    scenario, workload, timing = copy.deepcopy(documents)
+    drawn = {request["id"]: request for request in before["requests"]}
+    grown = [
+        r
+        for r in workload["requests"]
+        if r["prompt_tokens"] > drawn[r["id"]]["prompt_tokens"]
+        and r["max_output_tokens"] <= ANSWERED_OUTPUT
+    ]
+    if not grown:
+        return scenario, workload, timing
+    longest = max(r["prompt_tokens"] + r["max_output_tokens"] for r in grown)
+    prompt = max(r["prompt_tokens"] for r in grown)
+    changed = _raise_limits(scenario["scheduler"], longest, prompt)
+    for pool in scenario["fleet"].get("pools", []):
+        if "scheduler" in pool:
+            changed = _raise_limits(pool["scheduler"], longest, prompt) or changed
+    for cache, _ in cache_users(scenario):
+        least = -(-longest // cache["block_tokens"]) + draw(st.integers(0, 2))
+        cache["blocks"] = max(cache["blocks"], least)
+    if changed and timing["model"]["kind"] != "synthetic_linear":
+        timing = draw(timing_profiles())
+    return scenario, workload, timing
+
+
+@st.composite
+def continuing_session_input_triples(
+    draw: st.DrawFn, base: st.SearchStrategy[Documents] | None = None
+) -> Documents:
+    """(scenario, workload 1.3 with ``session_prompts_extend``, profile): a triple of ``base``
+    (by default cached, state-aware and pool triples, all with prefix hashes) whose workload's
+    requests form sessions whose turns extend (``extending_sessions``), with the limits and
+    caches fitted to the longer prompts (``fitted_to``) and ``load_controls`` (a closed loop, a
+    stop time, objectives) now and then (a base's stop time is drawn again: the sessions move
+    arrivals, and a stop time must come after the first, R4). A base without prefix hashes is
+    left as it is."""
+    triples = st.one_of(
+        kv_input_triples(), routed_input_triples(), pool_input_triples(kv_input_triples())
+    )
+    scenario, workload, timing = draw(base if base is not None else triples)
+    if "prefix_hash_block_tokens" not in workload:
+        return scenario, workload, timing
+    extended = draw(extending_sessions(workload))
+    scenario, extended, timing = draw(fitted_to((scenario, extended, timing), before=workload))
+    version = scenario["schema_version"]
+    scenario = {key: value for key, value in scenario.items() if key != "stop_at_us"}  # R4
+    scenario = draw(load_controls(scenario, extended))
+    scenario["schema_version"] = _at_least(version, "1.3")
+    return scenario, extended, timing
+
+
+@st.composite
+def recurring_prefix_triples(draw: st.DrawFn) -> Documents:
+    """(scenario 1.1, workload 1.1, profile): a ``kv_input_triples()`` triple whose requests
+    read 2 or 3 documents (``few_documents``) and come back to them (``revisits``), on caches
+    that hold the largest request alone (``tightened``): prefixes evicted from the GPU while
+    other documents are read, the host pool's headline case (R133, R134)."""
+    scenario, workload, timing = draw(kv_input_triples())
+    workload = draw(revisits(draw(few_documents(workload, least=2))))
+    return tightened(scenario, workload), workload, timing
+
+
+@st.composite
+def host_input_triples(
+    draw: st.DrawFn, base: st.SearchStrategy[Documents] | None = None
+) -> Documents:
+    """(scenario 1.8 with host pools, workload, profile): a triple of ``base`` (by default
+    cached, recurring-prefix, session, continuing-session, pool and styled triples: small GPU
+    caches that evict, shared prefixes, stop times, ranks, styles without a host pool beside
+    vllm pools with one) whose arrivals are spread out (``spread_out``), whose prefixes recur
+    now and then (``few_documents``, ``revisits``), whose caches are now and then ``tightened``
+    and get host pools (``with_host_pools``)."""
+    triples = st.one_of(
+        kv_input_triples(),
+        recurring_prefix_triples(),
+        session_input_triples(recurring_prefix_triples()),
+        continuing_session_input_triples(),
+        pool_input_triples(recurring_prefix_triples()),
+        styled_input_triples(),
+    )
+    scenario, workload, timing = draw(base if base is not None else triples)
+    scenario, workload = draw(spread_out(scenario, workload))
+    if "prefix_hash_block_tokens" in workload and draw(st.integers(0, 2)) == 0:
+        workload = draw(few_documents(workload))
+    if draw(st.integers(0, 2)) < 2:
+        workload = draw(revisits(workload))
+    if draw(st.booleans()):
+        scenario = tightened(scenario, workload)
+    return draw(with_host_pools(scenario)), workload, timing
+
+
+def tightened(scenario: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+    """``scenario`` whose caches are the least that holds the largest request of ``workload``
+    alone (R10; never larger than drawn), so that GPU evictions, and with them host loads, are
+    the rule (R49, R133)."""
+    result = copy.deepcopy(scenario)
+    largest = max(
+        (
+            r["prompt_tokens"] + r["max_output_tokens"]
+            for r in workload["requests"]
+            if r["max_output_tokens"] <= ANSWERED_OUTPUT
+        ),
+        default=1,
+    )
+    for cache, _ in cache_users(result):
+        least = max(1, -(-largest // cache["block_tokens"]))
+        cache["blocks"] = min(cache["blocks"], least)
+    return result
+
+
+@st.composite
+def few_documents(draw: st.DrawFn, workload: dict[str, Any], *, least: int = 1) -> dict[str, Any]:
+    """``workload`` whose requests outside sessions read one of 1 to 3 documents: each one's
+    hashes become the document's, one for every hashed block of its prompt (R47), so that
+    prefixes recur across the run, more of them than a small GPU cache holds, and come back
+    from the host pool (R133). Turns of sessions that extend keep their hashes (R125).
+    Shrinks towards
+    ``least`` documents."""
+    result = copy.deepcopy(workload)
+    size = result["prefix_hash_block_tokens"]
+    documents = draw(st.integers(least, 3))
+    extend = result.get("session_prompts_extend", False)
+    for request in result["requests"]:
+        if (extend and "session" in request) or request["prompt_tokens"] == 0:
+            continue
+        document = draw(st.integers(0, documents - 1))
+        count = -(-request["prompt_tokens"] // size)
+        request["prefix_hashes"] = [5_000_000 + 1_000 * document + i for i in range(count)]
+    return result
+
+
+#: How long after a request a revisit of its prefix arrives, in microseconds: within a step or
+#: two, or long after (its blocks evicted from a small GPU cache, perhaps kept on the host).
+REVISIT_GAPS = (0, 100, 2_000, 20_000, 200_000)
+
+
+@st.composite
+def revisits(draw: st.DrawFn, workload: dict[str, Any]) -> dict[str, Any]:
+    """``workload`` with 1 to 3 requests outside sessions that come back to an earlier hashed
+    request's prefix some time later (its ``prefix_hashes``, a prompt as long or up to one
+    hashed block longer, 1 to 4 output tokens), so that a prefix stored to a host pool and
+    evicted from the GPU by the requests in between is looked up again (R133). Shrinks towards
+    one revisit of the first hashed request at once."""
+    result = copy.deepcopy(workload)
+    hashed = [r for r in result["requests"] if r.get("prefix_hashes") and r["prompt_tokens"]]
+    if not hashed:
+        return result
+    size = result["prefix_hash_block_tokens"]
+    for _ in range(draw(st.integers(1, 3))):
+        earlier = draw(st.sampled_from(hashed))
+        prompt = earlier["prompt_tokens"] + draw(st.integers(0, size))
+        result["requests"].append(
+            {
+                "id": f"again{len(result['requests'])}",  # unique (R4)
+                "arrival_us": earlier["arrival_us"] + draw(st.sampled_from(REVISIT_GAPS)),
+                "prompt_tokens": prompt,
+                "max_output_tokens": draw(st.integers(1, 4)),
+                "prefix_hashes": list(earlier["prefix_hashes"]),
+            }
+        )
+    return result
+
+
+@st.composite
+def spread_out(
+    draw: st.DrawFn, scenario: dict[str, Any], workload: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``workload`` with its recorded arrivals spread 1, 10 or 100 times wider (order and
+    sessions kept, R4), and ``scenario``'s stop time with them (R4, R62), so that steps, stores
+    and GPU evictions happen between arrivals and a later request finds an earlier prefix in
+    the host pool only (R133). Shrinks towards as drawn."""
+    spread = draw(st.sampled_from((1, 10, 100)))
+    scenario, workload = copy.deepcopy(scenario), copy.deepcopy(workload)
+    for request in workload["requests"]:
+        request["arrival_us"] *= spread
+    if "stop_at_us" in scenario:
+        scenario["stop_at_us"] *= spread
+    return scenario, workload
+
+
+def disaggregated_host_input_triples() -> st.SearchStrategy[Documents]:
+    """(scenario 1.8, workload, profile): disaggregated fleets (``disaggregated_input_triples``)
+    with host pools on prefill and decode pools (R139), their sessions continuing half the
+    time (``continuing_session_input_triples``)."""
+    return st.one_of(
+        host_input_triples(disaggregated_input_triples()),
+        host_input_triples(continuing_session_input_triples(disaggregated_input_triples())),
+    )

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from servesim_conformance import (
     disagg_invariants,
     fleet_invariants,
+    host_invariants,
     invariants,
     pool_invariants,
     style_invariants,
@@ -31,8 +32,10 @@ from servesim_conformance.properties import (
     PropertyRunner,
     at_current_version,
     input_bytes,
+    reads_continuing_sessions,
     reads_disaggregation,
     reads_fleet_changes,
+    reads_host_tier,
     reads_kv_cache,
     reads_pools,
     reads_sessions,
@@ -44,9 +47,12 @@ from servesim_conformance.properties import (
 )
 from servesim_conformance.strategies import (
     broken_kv_input_triples,
+    continuing_session_input_triples,
+    disaggregated_host_input_triples,
     disaggregated_input_triples,
     fleet_input_triples,
     hashed_input_triples_without_cache,
+    host_input_triples,
     input_triples,
     kv_input_triples,
     measured_input_triples,
@@ -168,6 +174,8 @@ SECTIONS: dict[str, tuple[Callable[[Description], bool], str]] = {
     "styles": (reads_styles, "scenario 1.5 (R96)"),
     "disaggregation": (reads_disaggregation, "scenario 1.6 (R108)"),
     "fleet_changes": (reads_fleet_changes, "scenario 1.7 (R124)"),
+    "continuing_sessions": (reads_continuing_sessions, "workload 1.3 (R141)"),
+    "host_tier": (reads_host_tier, "scenario 1.8 and workload 1.3 (R141)"),
 }
 
 
@@ -556,3 +564,90 @@ def test_fleet_changes_disaggregated_differential_against_reference(
     _compare_with_reference(
         runner, documents, pytestconfig, folder="diverged-fleet-changes-disaggregated"
     )
+
+
+# --- Multi-turn reuse and the host KV tier (SPEC.md section 19) -----------------------------------
+
+#: Host pools over every kind of input that has a cache (``host_input_triples``' bases:
+#: cached, session, continuing-session, pool and styled triples) and over disaggregated fleets
+#: with continuing sessions.
+host_triples = st.one_of(
+    host_input_triples(),
+    disaggregated_host_input_triples(),
+)
+
+
+@tier
+@given(documents=continuing_session_input_triples())
+def test_continuing_sessions_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R125 to R128 on generated sessions whose turns extend (cached, state-aware and pool
+    inputs, stop times, a closed loop): the host tier's invariants (here: every host member
+    null or 0, R141), token times, and every rank's step within its limits (pool triples have
+    ranks, whose steps overlap, so sections 3 to 7's single-rank checks do not apply)."""
+    _needs("continuing_sessions", description, documents)
+    scenario, _, _ = documents
+    report = runner.report(documents)
+    host_invariants.check_host_report(scenario, report)
+    pool_invariants.check_rank_limits(scenario, report)
+    invariants.check_token_times(report)
+
+
+@tier
+@given(documents=host_triples)
+def test_host_tier_single_run_invariants(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R129 to R140 on generated host pools (small GPU caches and host pools, every bandwidth,
+    shared prefixes, continuing sessions, stop times, pools, ranks, styles, disaggregation):
+    entries within the pool, FIFO lanes lasting R130's time, counts and gigabytes that add up,
+    no pending or pinned entry evicted, no block used before its load completes, reuse per tier
+    summing to the reuse, load waits of the completed loads; every rank's step keeps its
+    limits."""
+    _needs("host_tier", description, documents)
+    scenario, _, _ = documents
+    report = runner.report(documents)
+    host_invariants.check_host_report(scenario, report)
+    pool_invariants.check_rank_limits(scenario, report)
+    invariants.check_token_times(report)
+
+
+@tier
+@given(documents=host_triples)
+def test_host_tier_rerun_gives_identical_bytes(
+    runner: PropertyRunner, description: Description, documents: Documents
+) -> None:
+    """R21 with host pools: the same inputs give the same bytes, with and without the trace."""
+    _needs("host_tier", description, documents)
+    assert runner.report_bytes(documents) == runner.report_bytes(documents)
+    untraced = runner.report_bytes(documents, trace=False)
+    assert untraced == runner.report_bytes(documents, trace=False)
+
+
+@tier
+@given(documents=continuing_session_input_triples())
+def test_continuing_sessions_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on continuing sessions (only with
+    --differential, and only when both read workload 1.3)."""
+    _needs("continuing_sessions", description, documents)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-continuing-sessions")
+
+
+@tier
+@given(documents=host_triples)
+def test_host_tier_differential_against_reference(
+    runner: PropertyRunner,
+    description: Description,
+    documents: Documents,
+    pytestconfig: pytest.Config,
+) -> None:
+    """Byte-for-byte agreement with the reference on host pools (only with --differential, and
+    only when both read scenario 1.8 and workload 1.3)."""
+    _needs("host_tier", description, documents)
+    _compare_with_reference(runner, documents, pytestconfig, folder="diverged-host-tier")
