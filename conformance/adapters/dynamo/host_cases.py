@@ -54,6 +54,7 @@ DYNAMO_TIMEOUT_S = 30
 
 #: The per-request members compared, in this order.
 REQUEST_FIELDS = (
+    "arrival_us",
     "outcome",
     "first_scheduled_us",
     "token_times_us",
@@ -265,6 +266,7 @@ def run_dynamo(scenario: dict[str, Any], workload: dict[str, Any]) -> Outcomes:
         admitted = record["first_admit_ms"]
         uuid = record["uuid"]
         outcomes[request["id"]] = {
+            "arrival_us": released,
             "outcome": "completed" if record["terminal_status"] == "completed" else "rejected",
             "first_scheduled_us": None
             if admitted is None
@@ -343,6 +345,7 @@ def run_servesim(command: list[str], folder: Path) -> Outcomes | str:
     report = json.loads(output.read_bytes())
     requests = {
         entry["id"]: {
+            "arrival_us": entry["arrival_us"],
             "outcome": entry["outcome"],
             "first_scheduled_us": entry["first_scheduled_us"],
             "token_times_us": entry["token_times_us"],

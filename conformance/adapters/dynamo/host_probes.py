@@ -78,6 +78,26 @@ def documents(
 SEVEN = list(range(11, 18))
 OTHER_SEVEN = list(range(21, 28))
 
+
+def continuing() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Turn t1 continues t0 (R125: workload 1.3, ``session_prompts_extend``); X, between the
+    turns, takes t0's GPU blocks, so t1's prefix comes from the host pool."""
+    scenario, workload = documents(
+        [
+            ("t0", 0, 32, [1, 2], 33),
+            ("X", 100, 112, SEVEN),
+            ("t1", 0, 80, [1, 2, 3, 4, 5]),
+        ],
+        gpu=8,
+    )
+    workload["schema_version"] = "1.3"
+    workload["session_prompts_extend"] = True
+    workload["sessions"] = [{"id": "s"}]
+    workload["requests"][0]["session"] = "s"
+    workload["requests"][2]["session"] = "s"
+    return scenario, workload
+
+
 #: name -> (what it shows, scenario, workload)
 PROBES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "fence": (
@@ -155,6 +175,29 @@ PROBES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
             host=4,
             store=100_000_000,
         ),
+    ),
+    "touch-while-waiting": (
+        "C waits at 265 with a host run of A's 2 entries and no GPU block for them (R and E "
+        "hold all 10); E's store at its step end needs 2 of the 11 full entries: servesim "
+        "evicts A's (C's offer touched nothing, R133), Dynamo touches C's prompt at every "
+        "lookup",
+        *documents(
+            [
+                ("A", 0, 32, [1, 2]),
+                ("W", 100, 32, [5, 6]),
+                ("R", 200, 112, list(range(20, 27)), 40),
+                ("E", 255, 32, [30, 31]),
+                ("C", 260, 48, [1, 2, 3]),
+            ],
+            gpu=10,
+            host=11,
+        ),
+    ),
+    "answer-blocks-stored": (
+        "t1 continues t0 (R125-R127): servesim stores t0's two answer blocks as well as its "
+        "prompt blocks (R131) and t1 loads all four; Dynamo stores prompt blocks only, and its "
+        "trace replay's answer tokens are random, so t1 loads t0's 2 prompt blocks",
+        *continuing(),
     ),
     "two-loads-same-entries": (
         "C and C2 both need A's 4 resident entries at 600: R134 gives each a load of the same "
