@@ -32,6 +32,7 @@ from servesim_dynamo import cli, dynamo_runtime  # noqa: E402
 from servesim_dynamo.kv import (  # noqa: E402
     CacheRecord,
     cache_record,
+    check_continuing_turns,
     check_host,
     check_kv_cache,
 )
@@ -419,6 +420,30 @@ def test_a_host_tier_dynamo_records_no_transfers_for_is_refused_by_name() -> Non
     with pytest.raises(Unsupported) as split:
         check_host(disagg, disaggregated=True)
     assert split.value.feature == "kv_cache.host.disaggregated"
+
+
+def test_continuing_turns_with_a_prefix_cache_are_refused_by_name() -> None:
+    """R127 reuses a turn's answer blocks only with sessions and prefix caching; Dynamo's trace
+    replay draws output tokens at random, so it cannot state that: refused by name. Without a
+    prefix cache (or without sessions) the member changes nothing and is read."""
+    smoke = documents("dynamo-fixed-smoke")
+    workload = dict(
+        smoke["workload"],
+        schema_version="1.3",
+        session_prompts_extend=True,
+        sessions=[{"id": "s"}],
+    )
+    check_continuing_turns(smoke["scenario"], workload)  # no cache
+    check_continuing_turns(with_cache(smoke["scenario"], False), workload)  # no prefix caching
+    alone = {key: value for key, value in workload.items() if key != "sessions"}
+    check_continuing_turns(with_cache(smoke["scenario"], True), alone)  # no sessions
+    disagg = copy.deepcopy(documents("disagg-activation-waits-for-pass-end")["scenario"])
+    check_continuing_turns(disagg, workload)  # its pools' caches have prefix caching off
+    disagg["fleet"]["pools"][0]["kv_cache"]["prefix_caching"] = True
+    with pytest.raises(Unsupported) as caught:
+        check_continuing_turns(disagg, workload)
+    assert caught.value.feature == "workload.session_prompts_extend"
+    check_continuing_turns(disagg, dict(workload, session_prompts_extend=False))
 
 
 def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(

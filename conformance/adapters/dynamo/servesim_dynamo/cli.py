@@ -22,7 +22,7 @@ from servesim.contract.documents import Document, read_document
 from servesim.contract.errors import InvalidInput
 from servesim.contract.migrations import CHAIN
 from servesim_dynamo import NAME, disagg, dynamo_runtime
-from servesim_dynamo.kv import check_host, check_kv_cache
+from servesim_dynamo.kv import check_continuing_turns, check_host, check_kv_cache
 from servesim_dynamo.mapping import (
     FixedTiming,
     Fleet,
@@ -136,6 +136,7 @@ def replay_documents(scenario: Document, workload: Document, profile: Document) 
     # R109-R124: a fleet that changes, then R129's host tier, refused by name on both paths
     check_fleet_changes(scenario.value)
     check_host(scenario.value, disagg.is_disaggregated(scenario.value))
+    check_continuing_turns(scenario.value, workload.value)
     if disagg.is_disaggregated(scenario.value):
         # R97-R108: Dynamo's disaggregated replay (disagg.py)
         shape = disagg.check_disagg(scenario.value, profile.value)

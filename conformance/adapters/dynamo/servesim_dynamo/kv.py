@@ -65,6 +65,25 @@ def check_host(scenario: dict[str, Any], disaggregated: bool) -> None:
         host_offload_args(cache)
 
 
+def check_continuing_turns(scenario: dict[str, Any], workload: dict[str, Any]) -> None:
+    """Refuse continuing turns (workload 1.3 ``session_prompts_extend``, R125-R128) where they
+    change the simulation: sessions and a cache with prefix caching (R127 identifies answer
+    blocks only then). Dynamo's engine hashes answer blocks by content, but its trace replay
+    draws every output token at random, so no later turn can match them (differences.json,
+    host-answer-blocks). Without a prefix cache the member changes nothing and is read."""
+    if not workload.get("session_prompts_extend") or "sessions" not in workload:
+        return
+    caches = [scenario.get("kv_cache")]
+    caches += [pool.get("kv_cache") for pool in scenario["fleet"].get("pools", [])]
+    if any(cache is not None and cache["prefix_caching"] for cache in caches):
+        raise Unsupported(
+            "workload.session_prompts_extend",
+            "R127 reuses a turn's answer blocks in the next turn; Dynamo's trace replay draws "
+            "output tokens at random, so its next turn never matches them (and its agentic "
+            "replay, which plans output tokens, takes no servesim workload)",
+        )
+
+
 def check_kv_cache(scenario: dict[str, Any]) -> None:
     """Refuse a scenario with ``kv_cache`` (R45): its report cannot be stated exactly."""
     if "kv_cache" in scenario:
