@@ -186,13 +186,40 @@ _STATIC_WORKER = {
 }
 
 
+def as_report_9_0(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report 9.0 writer writes for the same replay (inputs without a host pool): the
+    10.0 ``report`` without R140's members (SPEC.md R141), each checked to be the value without
+    a host tier; a 9.0 (or older) ``report`` is returned as it is."""
+    old = copy.deepcopy(report)
+    if old["schema_version"] != "10.0":
+        return old
+    old["schema_version"] = "9.0"
+    assert old.pop("host_transfers") == (None if old["trace"] is None else [])
+    for request in old["requests"]:
+        dropped = [request.pop("host_reused_prompt_tokens"), request.pop("load_wait_us")]
+        assert dropped == [0, None], "a 9.0 report comes from inputs without a host pool"
+    holders = [*old["workers"], *old["pools"]]
+    holders += [rank for worker in old["workers"] for rank in worker["ranks"]]
+    for holder in holders:
+        assert holder.pop("host") is None, "no cache of a 9.0 report's inputs has host"
+    summary = old["summary"]
+    kv_cache = summary["kv_cache"]
+    if kv_cache is not None:
+        assert kv_cache.pop("host_reused_prompt_tokens") == 0
+        positive = summary["prompt_tokens"] > 0
+        assert kv_cache.pop("host_reuse_ratio") == (0 if positive else None)
+        assert kv_cache.pop("gpu_reuse_ratio") == kv_cache["prefix_reuse_ratio"]
+        assert kv_cache.pop("host") is None
+    return old
+
+
 def as_report_8_0(report: dict[str, Any]) -> dict[str, Any]:
     """What a report 8.0 writer writes for the same replay (a fleet that never changes): the
-    9.0 ``report`` without R123's members (SPEC.md R124), each checked to be such a fleet's
-    (every worker active from 0 for the makespan M, nothing failed, migrated or scaled, a trace
-    entry cut only by a stop time, which is the latest terminal time); an 8.0 (or older)
-    ``report`` is returned as it is."""
-    old = copy.deepcopy(report)
+    9.0 form of ``report`` without R123's members (SPEC.md R124), each checked to be such a
+    fleet's (every worker active from 0 for the makespan M, nothing failed, migrated or scaled,
+    a trace entry cut only by a stop time, which is the latest terminal time); an 8.0 (or
+    older) ``report`` is returned as it is."""
+    old = as_report_9_0(report)
     if old["schema_version"] != "9.0":
         return old
     old["schema_version"] = "8.0"

@@ -373,7 +373,7 @@ def test_a_report_s_token_times_are_checked_in_full() -> None:
     data = (GOLDEN / "valid" / "smoke-one-request" / "expected-report.json").read_bytes()
     checked = checked_report(data)
     assert not isinstance(checked, str)
-    assert checked[1] == "9.0"
+    assert checked[1] == "10.0"
     for bad in (-1, 2**53, 3300.5, "3300"):
         value = json.loads(data)
         value["requests"][0]["token_times_us"][2] = bad

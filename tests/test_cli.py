@@ -393,7 +393,7 @@ def test_r33_validate_accepts_a_report(tmp_path: Path, example_inputs: dict[str,
     assert run_servesim(*replay_args(example_inputs, output), "--trace").returncode == 0
     result = run_servesim("validate", output)
     assert result.returncode == 0, result.stderr
-    assert "valid report 9.0" in result.stdout
+    assert "valid report 10.0" in result.stdout
 
 
 def test_help_and_version() -> None:

@@ -48,6 +48,7 @@ from tests.helpers import (
     as_report_5_0,
     as_report_6_0,
     as_report_8_0,
+    as_report_9_0,
     released_scenario_schema,
     scenario_doc,
     timing_doc,
@@ -60,12 +61,22 @@ def _bytes(document: dict[str, Any]) -> bytes:
 
 
 def test_reference_chain_leaves_current_documents_alone() -> None:
-    document = {**scenario_doc(), "schema_version": "1.7"}
+    document = {**scenario_doc(), "schema_version": "1.8"}
     migrated = CHAIN.migrate(document)
     assert not migrated.changed
     assert migrated.document == document
-    assert CHAIN.sources("scenario") == ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7")
-    assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2")
+    assert CHAIN.sources("scenario") == (
+        "1.0",
+        "1.1",
+        "1.2",
+        "1.3",
+        "1.4",
+        "1.5",
+        "1.6",
+        "1.7",
+        "1.8",
+    )
+    assert CHAIN.sources("workload") == ("1.0", "1.1", "1.2", "1.3")
     assert CHAIN.sources("timing_profile") == ("1.0", "1.1")
     assert CHAIN.sources("report") == (
         "1.0",
@@ -77,6 +88,7 @@ def test_reference_chain_leaves_current_documents_alone() -> None:
         "7.0",
         "8.0",
         "9.0",
+        "10.0",
     )
 
 
@@ -91,7 +103,7 @@ def test_scenario_and_workload_1_0_are_relabelled_and_replay_the_same(
     """R53, R57, R64: a 1.0 scenario or workload is a 1.1 one with the same meaning (and a
     scenario a 1.2 and a 1.3 one, a workload a 1.2 one)."""
     migrated = CHAIN.migrate(document).document
-    current = {"scenario": "1.7", "workload": "1.2"}[document["document"]]
+    current = {"scenario": "1.8", "workload": "1.3"}[document["document"]]
     assert migrated == {**document, "schema_version": current}
     kind = document["document"]
     reports = []
@@ -639,7 +651,7 @@ def test_migrate_file_reads_a_current_document_once(
 
     monkeypatch.setattr(servesim.contract.json_reading, "read_json", counting)
     source = tmp_path / "scenario.json"
-    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.7"}))
+    source.write_bytes(_bytes({**scenario_doc(), "schema_version": "1.8"}))
     output = tmp_path / "out.json"
     status = migrate_file(str(source), chain=CHAIN, check=reference_check, output=output)
     assert status == 0
@@ -658,14 +670,14 @@ def test_servesim_migrate_leaves_a_current_document_byte_for_byte(
 ) -> None:
     source = tmp_path / "workload.json"
     data = (
-        b'{"document":"workload","schema_version":"1.2","requests":'
+        b'{"document":"workload","schema_version":"1.3","requests":'
         b'[{"id":"a","arrival_us":0,"prompt_tokens":1,"max_output_tokens":1}]}'
     )
     source.write_bytes(data)
     output = tmp_path / "out.json"
     assert _run(str(source), "--output", str(output)) == 0
     assert output.read_bytes() == data
-    assert "already workload 1.2; unchanged" in capsys.readouterr().err
+    assert "already workload 1.3; unchanged" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -732,7 +744,7 @@ def test_r124_report_8_0_migrates_exactly_to_9_0() -> None:
     cut_us is null. Nothing else changes (utilization and the ranks included), and the result
     is the golden 9.0 report, byte for byte."""
     path, old = _golden_report("smoke-two-workers")
-    migrated = CHAIN.migrate(old, "old.json")
+    migrated = CHAIN.migrate(old, "old.json", "9.0")
     assert [(step.source, step.target) for step in migrated.steps] == [("8.0", "9.0")]
     new = migrated.document
     for before, worker in zip(old["workers"], new["workers"], strict=True):
@@ -788,8 +800,10 @@ def test_r124_report_8_0_migrates_exactly_to_9_0() -> None:
     assert summary["rejected_by_reason"]["no_routable_worker"] == 0
     assert [entry["cut_us"] for entry in new["trace"]] == [None, None, None, None]
     load_document(canonical_bytes(new) + b"\n", "new.json", "report")  # a valid 9.0 report
-    assert canonical_bytes(new) + b"\n" == path.read_bytes()
-    assert _member_order(new) == _member_order(json.loads(path.read_bytes()))
+    golden_9_0 = as_report_9_0(json.loads(path.read_bytes()))  # R141: the golden is 10.0
+    assert canonical_bytes(new) == canonical_bytes(golden_9_0)
+    assert _member_order(new) == _member_order(golden_9_0)
+    assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -829,7 +843,7 @@ def test_r124_a_disaggregated_report_gets_each_pool_s_worker_time() -> None:
     worker_us 355; the summary's worker_us is 355 + 355 = 710. Roles, handoffs and the ranks
     (which R123 leaves alone) are unchanged; no step runs past the latest terminal time 355."""
     path, old = _golden_report("disagg-decode-ranks")
-    new = CHAIN.migrate(old).document
+    new = CHAIN.migrate(old, "old.json", "9.0").document
     assert [
         (pool["name"], pool["role"], pool["workers_created"], pool["peak_workers"])
         for pool in new["pools"]
@@ -852,7 +866,8 @@ def test_r124_a_disaggregated_report_gets_each_pool_s_worker_time() -> None:
         request["handoff"] for request in old["requests"]
     ]
     assert {entry["cut_us"] for entry in new["trace"]} == {None}
-    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+    assert canonical_bytes(new) == canonical_bytes(as_report_9_0(json.loads(path.read_bytes())))
+    assert canonical_bytes(CHAIN.migrate(old).document) + b"\n" == path.read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -913,7 +928,7 @@ def test_r124_every_scenario_1_6_is_a_scenario_1_7(data: st.DataObject) -> None:
     old, new = released_scenario_schema("1.6"), released_scenario_schema("1.7")
     scenario = data.draw(documents(old))
     assume(jsonschema.Draft202012Validator(old).is_valid(scenario))
-    migrated = CHAIN.migrate(scenario).document
+    migrated = CHAIN.migrate(scenario, "s.json", "1.7").document
     assert migrated == {**scenario, "schema_version": "1.7"}
     jsonschema.validate(migrated, new)
 
@@ -926,13 +941,13 @@ def test_r124_every_golden_scenario_read_as_1_6_is_valid_as_1_7() -> None:
     paths = [
         path
         for path in sorted((REPO / "golden" / "valid").glob("*/scenario.json"))
-        if json.loads(path.read_bytes())["schema_version"] != "1.7"
+        if json.loads(path.read_bytes())["schema_version"] not in ("1.7", "1.8")
     ]
     assert len(paths) > 300
     for path in paths:
         scenario = {**json.loads(path.read_bytes()), "schema_version": "1.6"}
         assert old.is_valid(scenario), path
-        migrated = CHAIN.migrate(scenario).document
+        migrated = CHAIN.migrate(scenario, "s.json", "1.7").document
         assert migrated == {**scenario, "schema_version": "1.7"}
         assert new.is_valid(migrated), path
 
@@ -954,5 +969,240 @@ def test_r124_a_scenario_1_6_relabelled_1_7_replays_the_same(name: str) -> None:
         ]
         report = json.loads(replay_documents(*documents_read, trace=True))
         del report["inputs"]["scenario"]["sha256"]  # R37: digests are of the bytes read
+        reports.append(report)
+    assert reports[0] == reports[1]
+
+
+# --- R141: scenario 1.8 and workload 1.3 are relabels, report 10.0 has no host tier ----------
+
+
+GOLDEN_REPORTS_10_0 = sorted((REPO / "golden" / "valid").glob("*/expected-report.json"))
+
+
+def _golden_report_9_0(name: str) -> tuple[Path, dict[str, Any]]:
+    """A golden case's expected report (10.0) and its 9.0 form, checked to be a valid 9.0
+    report."""
+    path = REPO / "golden" / "valid" / name / "expected-report.json"
+    old = as_report_9_0(json.loads(path.read_bytes()))
+    assert old["schema_version"] == "9.0"
+    load_document(canonical_bytes(old) + b"\n", "old.json", "report")  # a valid 9.0 report
+    return path, old
+
+
+@pytest.mark.parametrize("path", GOLDEN_REPORTS_10_0, ids=lambda path: path.parent.name)
+def test_report_9_0_migrates_to_exactly_the_10_0_report(path: Path) -> None:
+    """R141: every golden report comes from inputs without a host pool, so its 9.0 form (the
+    10.0 report without R140's members, each checked by ``as_report_9_0`` to be the value
+    without a host tier) migrates to the golden 10.0 bytes, member order included."""
+    old = as_report_9_0(json.loads(path.read_bytes()))
+    assert old["schema_version"] == "9.0"
+    migrated = CHAIN.migrate(old, "old.json")
+    assert [(step.source, step.target) for step in migrated.steps] == [("9.0", "10.0")]
+    assert canonical_bytes(migrated.document) + b"\n" == path.read_bytes()
+    assert _member_order(migrated.document) == _member_order(json.loads(path.read_bytes()))
+
+
+def test_r141_report_9_0_migrates_exactly_to_10_0() -> None:
+    """R141, checked by hand on golden/valid/kv-caches-are-per-worker (two workers of one
+    rank, a cache with prefix caching, the trace asked for): summary.prompt_tokens 20 and
+    reused_prompt_tokens 8, so prefix_reuse_ratio 0.4. Each request gains
+    host_reused_prompt_tokens 0 and load_wait_us null; each worker, its rank and the pool
+    host null; summary.kv_cache gains host_reused_prompt_tokens 0, host_reuse_ratio 0 (20 > 0),
+    gpu_reuse_ratio 0.4 (its prefix_reuse_ratio) and host null; the report host_transfers []
+    (the trace is not null). Nothing else changes, and the result is the golden 10.0 report,
+    byte for byte."""
+    path, old = _golden_report_9_0("kv-caches-are-per-worker")
+    assert old["trace"] is not None
+    new = CHAIN.migrate(old, "old.json").document
+    assert [name for name in new if name not in old] == ["host_transfers"]
+    assert new["host_transfers"] == []
+    for before, request in zip(old["requests"], new["requests"], strict=True):
+        added = {name: request[name] for name in request if name not in before}
+        assert added == {"host_reused_prompt_tokens": 0, "load_wait_us": None}
+        assert {name: request[name] for name in before} == before
+    for before, worker in zip(old["workers"], new["workers"], strict=True):
+        assert {name: worker[name] for name in worker if name not in before} == {"host": None}
+        assert [rank["host"] for rank in worker["ranks"]] == [None]
+        assert [{k: v for k, v in rank.items() if k != "host"} for rank in worker["ranks"]] == (
+            before["ranks"]
+        )
+    (pool,) = new["pools"]
+    assert {name: pool[name] for name in pool if name not in old["pools"][0]} == {"host": None}
+    kv_cache = new["summary"]["kv_cache"]
+    before = old["summary"]["kv_cache"]
+    assert (before["reused_prompt_tokens"], old["summary"]["prompt_tokens"]) == (8, 20)
+    assert {name: kv_cache[name] for name in kv_cache if name not in before} == {
+        "host_reused_prompt_tokens": 0,
+        "host_reuse_ratio": 0,
+        "gpu_reuse_ratio": 0.4,
+        "host": None,
+    }
+    assert {name: value for name, value in new["summary"].items() if name != "kv_cache"} == {
+        name: value for name, value in old["summary"].items() if name != "kv_cache"
+    }
+    assert new["trace"] == old["trace"]
+    load_document(canonical_bytes(new) + b"\n", "new.json", "report")  # a valid 10.0 report
+    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_cache", "host_transfers"),
+    [
+        # No completed request (both cut off by the stop time): prompt_tokens 0, so both
+        # ratios are null, as prefix_reuse_ratio is; the trace is asked for.
+        (
+            "disagg-stop-during-transfer",
+            {
+                "host_reused_prompt_tokens": 0,
+                "host_reuse_ratio": None,
+                "gpu_reuse_ratio": None,
+                "host": None,
+            },
+            [],
+        ),
+        # A disaggregated fleet, a decode worker of two ranks: each rank's host is null too.
+        (
+            "disagg-decode-ranks",
+            {
+                "host_reused_prompt_tokens": 0,
+                "host_reuse_ratio": 0,
+                "gpu_reuse_ratio": 0,
+                "host": None,
+            },
+            [],
+        ),
+        # Without a cache summary.kv_cache stays null; with the trace host_transfers is [].
+        ("sglang-one-chunked-request-at-a-time", None, []),
+        # Without the trace host_transfers is null.
+        ("chunked-running-prefill-takes-last-budget-token", None, None),
+        ("all-rejected-spread-arrivals", None, None),
+    ],
+)
+def test_r141_summary_kv_cache_and_host_transfers(
+    name: str, kv_cache: dict[str, Any] | None, host_transfers: list[Any] | None
+) -> None:
+    """R141's conditional members: host_reuse_ratio is 0 when summary.prompt_tokens is
+    positive and null when it is 0 (gpu_reuse_ratio is prefix_reuse_ratio, null then too); a
+    null summary.kv_cache stays null; host_transfers is [] with the trace, null without."""
+    path, old = _golden_report_9_0(name)
+    new = CHAIN.migrate(old).document
+    if kv_cache is None:
+        assert new["summary"]["kv_cache"] is None
+    else:
+        assert {k: new["summary"]["kv_cache"][k] for k in kv_cache} == kv_cache
+    assert new["host_transfers"] == host_transfers
+    assert (old["trace"] is None) == (host_transfers is None)
+    holders = [*new["workers"], *new["pools"]]
+    holders += [rank for worker in new["workers"] for rank in worker["ranks"]]
+    assert {holder["host"] for holder in holders} == {None}
+    assert canonical_bytes(new) + b"\n" == path.read_bytes()
+
+
+def test_r141_servesim_migrate_writes_a_9_0_report_as_10_0(tmp_path: Path) -> None:
+    """R141 through the command: a 9.0 report file becomes the golden 10.0 report (the same
+    JSON value, members in canonical order), checked against report 10.0 before it is
+    written."""
+    path, old = _golden_report_9_0("kv-caches-are-per-worker")
+    source = tmp_path / "old.json"
+    source.write_bytes(canonical_bytes(old) + b"\n")
+    output = tmp_path / "new.json"
+    assert _run(str(source), "--output", str(output)) == 0
+    written = json.loads(output.read_bytes())
+    assert written == json.loads(path.read_bytes())
+    assert _member_order(written) == _member_order(json.loads(path.read_bytes()))
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_r141_every_scenario_1_7_is_a_scenario_1_8(data: st.DataObject) -> None:
+    """The reviewer's decision for scenario 1.8 (schemas/reviews/issue-28-host-tier.md): the
+    one change adds an optional member (``host``) to the closed ``kv_cache`` objects, so any
+    1.7 scenario drawn from the 1.7 schema, migrated, is the same document labelled 1.8,
+    valid under 1.8 (R37's step only relabels)."""
+    old, new = released_scenario_schema("1.7"), released_scenario_schema("1.8")
+    scenario = data.draw(documents(old))
+    assume(jsonschema.Draft202012Validator(old).is_valid(scenario))
+    migrated = CHAIN.migrate(scenario, "s.json", "1.8").document
+    assert migrated == {**scenario, "schema_version": "1.8"}
+    jsonschema.validate(migrated, new)
+
+
+def _released_workload_schema(version: str) -> Any:
+    return json.loads(
+        (REPO / "schemas" / "released" / version / "workload.schema.json").read_bytes()
+    )
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_r141_every_workload_1_2_is_a_workload_1_3(data: st.DataObject) -> None:
+    """The reviewer's decision for workload 1.3: ``session_prompts_extend`` is an optional
+    member whose absence means false (R125), so any 1.2 workload drawn from the 1.2 schema,
+    migrated, is the same document labelled 1.3, valid under 1.3."""
+    old, new = _released_workload_schema("1.2"), _released_workload_schema("1.3")
+    workload = data.draw(documents(old))
+    assume(jsonschema.Draft202012Validator(old).is_valid(workload))
+    migrated = CHAIN.migrate(workload, "w.json", "1.3").document
+    assert migrated == {**workload, "schema_version": "1.3"}
+    jsonschema.validate(migrated, new)
+
+
+def test_r141_every_golden_scenario_and_workload_is_valid_relabelled() -> None:
+    """The same decisions on the corpus: each valid case's scenario of 1.0 to 1.7, labelled
+    1.7, is valid under 1.7 and, migrated, under 1.8; each workload of 1.0 to 1.2, labelled
+    1.2, is valid under 1.2 and, migrated, under 1.3."""
+    for kind, old_version, new_version, schema in [
+        ("scenario", "1.7", "1.8", released_scenario_schema),
+        ("workload", "1.2", "1.3", _released_workload_schema),
+    ]:
+        old = jsonschema.Draft202012Validator(schema(old_version))
+        new = jsonschema.Draft202012Validator(schema(new_version))
+        paths = [
+            path
+            for path in sorted((REPO / "golden" / "valid").glob(f"*/{kind}.json"))
+            if json.loads(path.read_bytes())["schema_version"] != new_version
+        ]
+        assert len(paths) > 300
+        for path in paths:
+            document = {**json.loads(path.read_bytes()), "schema_version": old_version}
+            assert old.is_valid(document), path
+            migrated = CHAIN.migrate(document, "d.json", new_version).document
+            assert migrated == {**document, "schema_version": new_version}
+            assert new.is_valid(migrated), path
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["disagg-decode-ranks", "stop-mid-prefill", "closed-loop-sessions-hold-their-slot"],
+)
+def test_r141_scenario_1_7_and_workload_1_2_relabelled_replay_the_same(name: str) -> None:
+    """R141: a 1.7 scenario read as 1.8 (no host tier) and a 1.2 workload read as 1.3
+    (session_prompts_extend absent: false, R128) mean what they meant; the replays differ in
+    the inputs' digests alone."""
+    case = REPO / "golden" / "valid" / name
+    scenario = json.loads((case / "scenario.json").read_bytes())
+    workload = json.loads((case / "workload.json").read_bytes())
+    reports = []
+    for scenario_version, workload_version in (("1.7", "1.2"), ("1.8", "1.3")):
+        documents_read = [
+            load_document(
+                _bytes({**scenario, "schema_version": scenario_version}), "s.json", "scenario"
+            ),
+            load_document(
+                _bytes({**workload, "schema_version": workload_version}), "w.json", "workload"
+            ),
+            load_document((case / "timing-profile.json").read_bytes(), "t.json", "timing_profile"),
+        ]
+        report = json.loads(replay_documents(*documents_read, trace=True))
+        del report["inputs"]["scenario"]["sha256"]  # R37: digests are of the bytes read
+        del report["inputs"]["workload"]["sha256"]
         reports.append(report)
     assert reports[0] == reports[1]

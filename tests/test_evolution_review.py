@@ -31,10 +31,10 @@ from tests.helpers import REPO
 def schemas(tmp_path: Path) -> Path:
     """A scratch copy of ``schemas/`` as it was before the real scenario 1.4 (pools, SPEC.md
     section 15): the fixtures' 1.4 is another history after 1.3, so the working schema is
-    1.3's and the real 1.4, 1.5, 1.6 and 1.7 releases are left out."""
+    1.3's and the real 1.4, 1.5, 1.6, 1.7 and 1.8 releases are left out."""
     folder = tmp_path / "repo" / "schemas"
     shutil.copytree(REPO / "schemas", folder)
-    later = ("1.4", "1.5", "1.6", "1.7")  # the real scenario releases after 1.3
+    later = ("1.4", "1.5", "1.6", "1.7", "1.8")  # the real scenario releases after 1.3
     for version in later:
         shutil.rmtree(folder / "released" / version)
     sums = folder / "released" / "SHA256SUMS"
@@ -70,7 +70,7 @@ def test_minor_version_with_an_optional_property_keeps_the_policy(schemas: Path)
     assert "| scenario | 1.3 -> 1.4 | compatible (matters) | **breaking** |" in markdown
     assert "`/properties/fleet/properties/label`" in markdown
     assert "migration 1.3 -> 1.4: 1.3 -> 1.4: relabelled only" in markdown
-    assert "| workload | 1.2 | compatible (matters) | compatible | unchanged |" in markdown
+    assert "| workload | 1.3 | compatible (matters) | compatible | unchanged |" in markdown
 
 
 def test_major_version_2_0_is_classified_migrated_and_reviewed(schemas: Path) -> None:
@@ -136,7 +136,7 @@ def test_change_without_a_new_version_is_a_violation(schemas: Path) -> None:
     )
     review = _review(schemas)
     assert review.exit_code == 1
-    assert "what is valid changed but the version is still 1.2" in review_markdown(review)
+    assert "what is valid changed but the version is still 1.3" in review_markdown(review)
 
 
 def test_description_only_change_needs_no_new_version(schemas: Path) -> None:

@@ -21,8 +21,15 @@ import pytest
 import servesim
 from servesim.contract.canonical import canonical_bytes
 from servesim.contract.errors import InvalidInput
-from servesim.contract.migrations import report_8_0_to_9_0
-from tests.helpers import as_report_8_0, replay_args, run_servesim, timing_doc, write_inputs
+from servesim.contract.migrations import CHAIN, report_8_0_to_9_0
+from tests.helpers import (
+    as_report_8_0,
+    as_report_9_0,
+    replay_args,
+    run_servesim,
+    timing_doc,
+    write_inputs,
+)
 
 PROFILE = {"step_overhead_ns": 10_000, "prefill_token_ns": 1_000, "decode_token_ns": 0}
 HOUR_US = 3_600_000_000
@@ -425,7 +432,7 @@ def test_r113_a_static_fleet_gives_the_migrated_8_0_report(tmp_path: Path) -> No
     other["inputs"] = static["inputs"]
     assert other == static
     migrated = report_8_0_to_9_0(as_report_8_0(static))
-    assert {**migrated, "schema_version": "9.0"} == static
+    assert {**migrated, "schema_version": "9.0"} == as_report_9_0(static)  # R141: 10.0 written
 
 
 def _changes(scenario: Path | str) -> bool:
@@ -1389,19 +1396,22 @@ def test_r124_report_8_0_migrates_exactly_to_9_0(tmp_path: Path) -> None:
     raw = replay(tmp_path, scen, workload(("A", 0, 10, 5), ("B", 1, 10, 1)), raw=True)
     report = json.loads(raw)
     migrated = {**report_8_0_to_9_0(as_report_8_0(report)), "schema_version": "9.0"}
-    assert canonical_bytes(migrated) + b"\n" == raw
+    assert canonical_bytes(migrated) == canonical_bytes(as_report_9_0(report))  # R141: 10.0
+    assert canonical_bytes(CHAIN.migrate(as_report_8_0(report)).document) + b"\n" == raw
     assert [s["cut_us"] for s in report["trace"]][-1] == 45
 
 
 def test_r124_a_scenario_1_7_reader_must_write_report_9_0(tmp_path: Path) -> None:
+    """R124 (and R141, which makes the reference write 10.0, 9.0's members included): the
+    report of a scenario 1.7 with failures is valid under 10.0, and its 9.0 form under 9.0."""
     report = replay(tmp_path, scenario(2, failures=fail((0, 35))), workload(("A", 0, 10, 5)))
-    assert report["schema_version"] == "9.0"
-    schema = json.loads(
-        (Path(__file__).resolve().parents[1] / "schemas/v9/report.schema.json").read_text()
-    )
+    assert report["schema_version"] == "10.0"
     import jsonschema
 
-    jsonschema.Draft202012Validator(schema).validate(report)
+    schemas = Path(__file__).resolve().parents[1] / "schemas"
+    for version, value in (("v10", report), ("v9", as_report_9_0(report))):
+        schema = json.loads((schemas / version / "report.schema.json").read_text())
+        jsonschema.Draft202012Validator(schema).validate(value)
 
 
 # --- R6 -----------------------------------------------------------------------------------

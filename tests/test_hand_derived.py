@@ -605,6 +605,7 @@ def test_r27_r28_statistics_nearest_rank_percentiles(tmp_path: Path) -> None:
         "kv_cache": None,  # R52, R53: no cache
         "handed_off": 0,  # R107: an aggregated fleet hands nothing off
         "activated": 0,
+        "host": None,  # R140: no cache, so no host tier
     }
     assert report["workers"][0] == {
         "worker": 0,

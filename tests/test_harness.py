@@ -175,7 +175,7 @@ def test_scenario_1_3_or_workload_1_2_reader_that_writes_no_report_5_0_is_refuse
     honest = fake("honest").describe().schema_versions
     assert "1.3" in honest["scenario"]
     assert "1.2" in honest["workload"]
-    assert honest["report"] == ["9.0"]
+    assert honest["report"] == ["10.0"]
     with pytest.raises(HarnessError, match=rf"reads {reads} but writes no report 5\.0"):
         fake(mode).describe()
 
@@ -298,7 +298,7 @@ def test_a_migrated_report_s_difference_says_it_was_migrated(tmp_path: Path) -> 
     assert verdict is Outcome.FAIL
     assert difference is not None
     assert difference.pointer == "/requests/0/token_times_us/2"
-    assert message.endswith("(the report was migrated from 1.0 to 9.0 before comparison)")
+    assert message.endswith("(the report was migrated from 1.0 to 10.0 before comparison)")
 
 
 def test_a_report_version_not_declared_is_an_invalid_report() -> None:
@@ -312,7 +312,7 @@ def test_a_report_version_not_declared_is_an_invalid_report() -> None:
 @pytest.mark.parametrize(
     ("versions", "message"),
     [
-        ({"report": ["10.0"]}, "report versions that are not released: 10.0"),
+        ({"report": ["11.0"]}, "report versions that are not released: 11.0"),
         ({"timing_profile": ["1.0", "1.1"], "report": ["1.0"]}, "writes no report 2.0"),
         ({"scenario": ["1.0", "1.1"], "report": ["2.0"]}, "reads scenario 1.1 but writes no"),
         ({"workload": ["1.0", "1.1"], "report": ["1.0"]}, "reads workload 1.1 but writes no"),
@@ -412,20 +412,25 @@ def test_without_trace_a_wrong_number_still_fails_where_it_is() -> None:
 
 
 def test_a_report_with_a_trace_from_an_implementation_without_trace_fails() -> None:
-    """The comparison is against trace null: a trace the harness did not ask for is wrong."""
+    """The comparison is against trace null (and host_transfers null, R140): a trace the
+    harness did not ask for is wrong."""
     verdict, message, difference = judge_report(
         VALID.expected_report.read_bytes(), expected_bytes(VALID, ["trace"])
     )
     assert verdict is Outcome.FAIL
     assert difference is not None
-    assert difference.pointer == "/trace"
-    assert "first difference at /trace" in message
+    assert difference.pointer == "/host_transfers"  # [] with the trace; first in member order
+    assert difference.count == 2
+    assert "first difference at /host_transfers" in message
+    assert "2 differing values in all" in message
 
 
 def test_expected_report_without_trace_is_the_canonical_report_with_trace_null() -> None:
     value = json.loads(VALID.expected_report.read_bytes())
     assert value["trace"]
+    assert value["host_transfers"] == []
     value["trace"] = None
+    value["host_transfers"] = None  # R140: null without the trace
     assert expected_bytes(VALID, ["trace"]) == canonical_json(value)
     assert expected_bytes(VALID, []) == VALID.expected_report.read_bytes()
 
@@ -864,3 +869,28 @@ def test_r124_a_scenario_1_7_reader_must_write_report_9_0() -> None:
         version_problems({**versions, "scenario": versions["scenario"][:7], "report": ["9.0"]})
         == []
     )
+
+
+def test_r141_a_scenario_1_8_reader_must_write_report_10_0() -> None:
+    """R38, R67, R141: an older report has no host tier, so a reader of scenario 1.8 that
+    writes no report 10.0 is refused; a reader of scenario 1.7 may write 9.0 or later (10.0
+    alone included); a reader of workload 1.3 alone may write 9.0 or older."""
+    versions = {
+        "scenario": ["1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"],
+        "workload": ["1.0", "1.1", "1.2", "1.3"],
+        "timing_profile": ["1.0", "1.1"],
+        "report": ["9.0"],
+    }
+    assert version_problems(versions) == [
+        "it reads scenario 1.8 but writes no report 10.0; an older report has no host tier "
+        "(R140, R141)"
+    ]
+    assert version_problems({**versions, "report": ["9.0", "10.0"]}) == []
+    assert version_problems({**versions, "report": ["10.0"]}) == []
+    scenario_1_7 = versions["scenario"][:8]
+    assert version_problems({**versions, "scenario": scenario_1_7}) == []
+    assert version_problems({**versions, "scenario": scenario_1_7, "report": ["10.0"]}) == []
+    assert version_problems({**versions, "scenario": scenario_1_7, "report": ["8.0"]}) == [
+        "it reads scenario 1.7 but writes no report 9.0; an older report has no failed "
+        "outcome, migrations or worker time (R123, R124)"
+    ]

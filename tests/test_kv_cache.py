@@ -181,7 +181,7 @@ def test_r45_without_a_cache_the_report_is_the_migrated_2_0_report(tmp_path: Pat
     requests = [("A", 0, 8, 3), ("B", 0, 6, 2), ("C", 50, 9, 4), ("Z", 60, 0, 2)]
     paths = write_inputs(tmp_path, scenario_document, workload_doc(*requests), timing_doc())
     report = json.loads(servesim.replay(*paths.values(), trace=True))
-    assert report["schema_version"] == "9.0"
+    assert report["schema_version"] == "10.0"
     assert CHAIN.migrate(as_report_2_0(report)).document == report
     # and its replay is the one a cache too large to matter, with prefix caching off, gives
     # (R46 to R50 then only count blocks)

@@ -183,7 +183,7 @@ def test_r4_hash_block_tokens_without_kv_cache_need_no_multiple(tmp_path: Path) 
     output = tmp_path / "report.json"
     result = run_servesim(*replay_args(paths, output))
     assert result.returncode == 0, result.stderr
-    assert json.loads(output.read_text())["schema_version"] == "9.0"
+    assert json.loads(output.read_text())["schema_version"] == "10.0"
 
 
 def test_r4_validate_checks_a_scenario_and_a_workload_given_together() -> None:

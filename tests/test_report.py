@@ -132,7 +132,7 @@ def _written(result: Any) -> tuple[bytes, dict[str, Any]]:
 
 def test_r52_without_a_cache_the_report_says_null_and_zero() -> None:
     _, report = _written(_simulated(trace=True))
-    assert report["schema_version"] == "9.0"
+    assert report["schema_version"] == "10.0"
     assert report["summary"]["kv_cache"] is None
     assert report["summary"]["rejected_by_reason"]["exceeds_kv_cache"] == 0
     assert [worker["kv_cache"] for worker in report["workers"]] == [None, None]
@@ -164,6 +164,10 @@ def test_r52_the_cache_members_are_written_from_the_counters_in_canonical_order(
         "preemptions": 3,
         "evictions": 9,
         "retractions": 6,
+        "host_reused_prompt_tokens": 0,  # R140: no host tier
+        "host_reuse_ratio": 0,
+        "gpu_reuse_ratio": 32 / 60,
+        "host": None,
     }
     assert [worker["kv_cache"] for worker in report["workers"]] == [
         {

@@ -496,7 +496,7 @@ def test_r64_without_new_members_the_report_is_the_migrated_4_0_report(
     scenario = scenario_doc(workers=2)
     scenario["schema_version"] = scenario_version
     report = replay(tmp_path, scenario, workload, trace=True)
-    assert report["schema_version"] == "9.0"
+    assert report["schema_version"] == "10.0"
     assert by_id(report, "token_times_us") == {
         "A": [1100, 2300, 3500],
         "B": [1100, 2250],

@@ -81,7 +81,7 @@ def test_r88_style_defaults_to_vllm_and_is_reported() -> None:
     value = scenario("vllm")
     del value["scheduler"]["style"]
     report = replay(value, workload_doc(("a", 0, 10, 2)))
-    assert report["schema_version"] == "9.0"
+    assert report["schema_version"] == "10.0"
     assert [worker["style"] for worker in report["workers"]] == ["vllm"]
     assert [pool["style"] for pool in report["pools"]] == ["vllm"]
     assert report["trace"][0]["new_token_ratio"] is None

@@ -93,7 +93,7 @@ def test_the_table_shows_the_figures_rounded_to_the_microsecond(
 ) -> None:
     assert main(["summary", str(hand_report)]) == 0
     table = capsys.readouterr().out
-    assert f"report       {hand_report} (report 9.0)" in table
+    assert f"report       {hand_report} (report 10.0)" in table
     assert "requests     3: 3 completed, 0 rejected" in table
     assert "throughput   634.25 requests/s, 1,479.92 output tokens/s" in table
     assert "makespan     0.004730 s" in table
@@ -293,7 +293,7 @@ def test_replay_summary_does_not_import_jsonschema(tmp_path: Path) -> None:
     [
         ("{", "(document root)", "not valid JSON"),
         ('{"document": "scenario", "schema_version": "1.0"}', "/document", "expected a report"),
-        ('{"document": "report", "schema_version": "10.0"}', "/schema_version", "not supported"),
+        ('{"document": "report", "schema_version": "11.0"}', "/schema_version", "not supported"),
         ('{"document": "report", "schema_version": "2.0"}', "(document root)", "missing required"),
     ],
 )
@@ -436,7 +436,7 @@ def test_goodput_counts_the_requests_within_the_objectives(
     assert (figures.cut_off, figures.sessions) == (0, 1)
     assert main(["summary", str(report)]) == 0
     table = capsys.readouterr().out
-    assert f"report       {report} (report 9.0)" in table
+    assert f"report       {report} (report 10.0)" in table
     assert "requests     3: 3 completed, 0 rejected, 0 cut off" in table
     assert "sessions     1" in table
     assert (
@@ -472,7 +472,7 @@ def test_figures_of_a_report_6_0_are_those_of_its_4_0_original(hand_report: Path
     """A report before 5.0 reads as R64's migration makes it: nothing cut off, no session, no
     goodput; and the TPOT derived from the requests rounds to R63's ``summary.tpot_us``."""
     value = json.loads(hand_report.read_bytes())
-    assert value["schema_version"] == "9.0"
+    assert value["schema_version"] == "10.0"
     written = value["summary"]["tpot_us"]
     figures = read_figures(hand_report)
     assert _nearest(figures.tpot_us.mean) == written["mean"]

@@ -56,9 +56,11 @@ FEATURES: dict[str, Kind] = {
 
 
 def _without_trace(report: dict[str, Any]) -> None:
-    """R30: without ``--trace``, ``trace`` is null; R31: nothing else in the report depends on
-    whether the trace was asked for."""
+    """R30: without ``--trace``, ``trace`` is null, and so is ``host_transfers`` (R140, report
+    10.0); R31: nothing else in the report depends on whether the trace was asked for."""
     report["trace"] = None
+    if "host_transfers" in report:
+        report["host_transfers"] = None
 
 
 #: For each additive feature, how the expected report loses what the feature adds.

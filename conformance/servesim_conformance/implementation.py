@@ -276,7 +276,9 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
     what state-aware routing saw (4.0 or later, R57); a reader of scenario 1.3 or workload
     1.2 one with a cut-off outcome, sessions and goodput (5.0 or later, R64); and a reader of
     scenario 1.4 one with pools and ranks (6.0 or later, R85, R86); and a reader of scenario 1.5
-    one with scheduler styles (7.0, R95, R96).
+    one with scheduler styles (7.0, R95, R96); a reader of scenario 1.6 one with handoffs (8.0 or
+    later, R108); a reader of scenario 1.7 one with a fleet that changes (9.0 or later, R124);
+    and a reader of scenario 1.8 one with the host tier (10.0, R141).
     """
     problems = []
     unread = [kind for kind in INPUT_KINDS if "1.0" not in schema_versions[kind]]
@@ -342,9 +344,16 @@ def version_problems(schema_versions: dict[str, list[str]]) -> list[str]:
             "it reads scenario 1.6 but writes no report 8.0; an older report has no handoffs "
             "(R107, R108)"
         )
-    if "1.7" in schema_versions["scenario"] and "9.0" not in schema_versions["report"]:
+    if "1.7" in schema_versions["scenario"] and not any(
+        version_key(v) >= (9, 0) for v in schema_versions["report"]
+    ):
         problems.append(
             "it reads scenario 1.7 but writes no report 9.0; an older report has no failed "
             "outcome, migrations or worker time (R123, R124)"
+        )
+    if "1.8" in schema_versions["scenario"] and "10.0" not in schema_versions["report"]:
+        problems.append(
+            "it reads scenario 1.8 but writes no report 10.0; an older report has no host "
+            "tier (R140, R141)"
         )
     return problems

@@ -85,12 +85,20 @@ _R123_SUMMARY_MEMBERS = (
 
 
 def as_report_1_0(report: bytes) -> dict[str, Any]:
-    """The reference's report written back as 1.0: without what 9.0 (R123, when the reference
-    writes it), 8.0 (R107), 7.0 (R95), 6.0 (R85), 5.0 (R64), 4.0 (R57), 3.0 (R52) and 2.0 (R25,
-    R30) added; the fakes run one pool of one-rank workers that never changes, no cache, no
-    section 13 inputs and route by round robin or random, so the later members hold their
-    values without them (R53, R57, R64, R86, R124)."""
+    """The reference's report written back as 1.0: without what 10.0 (R140, when the reference
+    writes it), 9.0 (R123), 8.0 (R107), 7.0 (R95), 6.0 (R85), 5.0 (R64), 4.0 (R57), 3.0 (R52)
+    and 2.0 (R25, R30) added; the fakes run one pool of one-rank workers that never changes, no
+    cache, no section 13 inputs and route by round robin or random, so the later members hold
+    their values without them (R53, R57, R64, R86, R124, R141)."""
     value: dict[str, Any] = json.loads(report)
+    value.pop("host_transfers", None)  # 10.0 (R140): no host pool
+    for request in value["requests"]:
+        request.pop("host_reused_prompt_tokens", None), request.pop("load_wait_us", None)
+    for holder in [*value["workers"], *value.get("pools", [])]:
+        holder.pop("host", None)
+    for worker in value["workers"]:
+        for rank in worker.get("ranks", []):
+            rank.pop("host", None)
     for request in value["requests"]:  # 9.0 (R123): a fleet that never changes
         for name in ("migrations", "fail_reason", "lost_tokens", "recomputed_tokens"):
             request.pop(name, None)

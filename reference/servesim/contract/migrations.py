@@ -665,6 +665,59 @@ def _trace_entry_9_0(entry: Mapping[str, Any], latest_terminal_us: int | None) -
     return _with_member(entry, "cut_us", latest_terminal_us if cut else None)
 
 
+def report_9_0_to_10_0(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Report 9.0 to 10.0 (R141): the report of inputs without a host pool.
+
+    Exact, not a guess: a 9.0 report comes from a scenario without ``kv_cache.host`` (scenario
+    1.8 and report 10.0 came together), where nothing is stored to or loaded from a host tier.
+    Each request gains ``host_reused_prompt_tokens`` 0 and ``load_wait_us`` null; every worker,
+    every rank and every pool ``host`` null; a non-null ``summary.kv_cache``
+    ``host_reused_prompt_tokens`` 0, ``host_reuse_ratio`` (0 when ``summary.prompt_tokens`` is
+    positive, else null), ``gpu_reuse_ratio`` (its ``prefix_reuse_ratio``) and ``host`` null;
+    the report ``host_transfers``, ``[]`` when ``trace`` is not null, else null. New members go
+    where the canonical order (R23) has them.
+    """
+    upgraded = dict(report)
+    upgraded["requests"] = [_request_10_0(request) for request in report["requests"]]
+    upgraded["workers"] = [_worker_10_0(worker) for worker in report["workers"]]
+    upgraded["pools"] = [_with_member(pool, "host", None) for pool in report["pools"]]
+    summary = report["summary"]
+    kv_cache = summary["kv_cache"]
+    if kv_cache is not None:
+        upgraded["summary"] = {**summary, "kv_cache": _summary_kv_cache_10_0(kv_cache, summary)}
+    return _with_member(upgraded, "host_transfers", None if report["trace"] is None else [])
+
+
+def _request_10_0(request: Mapping[str, Any]) -> dict[str, Any]:
+    """R141: nothing reused from a host tier, and no scheduler with a host pool."""
+    upgraded = _with_member(request, "host_reused_prompt_tokens", 0)
+    return _with_member(upgraded, "load_wait_us", None)
+
+
+def _worker_10_0(worker: Mapping[str, Any]) -> dict[str, Any]:
+    """R141: no host pool on the worker nor on any of its ranks."""
+    upgraded = _with_member(worker, "host", None)
+    upgraded["ranks"] = [_with_member(rank, "host", None) for rank in worker["ranks"]]
+    return upgraded
+
+
+def _summary_kv_cache_10_0(
+    kv_cache: Mapping[str, Any], summary: Mapping[str, Any]
+) -> dict[str, Any]:
+    """R141: no host reuse (its ratio 0, or null without prompt tokens), all reuse from the
+    GPU (its ratio the total's), and no host pool."""
+    members: dict[str, Any] = {
+        "host_reused_prompt_tokens": 0,
+        "host_reuse_ratio": 0 if summary["prompt_tokens"] > 0 else None,
+        "gpu_reuse_ratio": kv_cache["prefix_reuse_ratio"],
+        "host": None,
+    }
+    upgraded = dict(kv_cache)
+    for name, member in members.items():
+        upgraded = _with_member(upgraded, name, member)
+    return upgraded
+
+
 def _trace_entry_7_0(entry: Mapping[str, Any]) -> dict[str, Any]:
     """R96: ``kind`` from the shape, ``retracted`` [] and ``new_token_ratio`` null."""
     shape = entry["shape"]
@@ -863,6 +916,35 @@ CHAIN = MigrationChain(
             target="1.7",
             summary="relabel: 1.7 adds the optional fleet.scaling, the pools' scaling and "
             "failures, which 1.6 scenarios do not use (R124)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="workload",
+            source="1.2",
+            target="1.3",
+            summary="relabel: 1.3 adds the optional session_prompts_extend, which 1.2 "
+            "workloads do not use (R141)",
+            upgrade=relabel,
+        ),
+        Migration(
+            kind="report",
+            source="9.0",
+            target="10.0",
+            summary="adds the values of inputs without a host pool (R141: a 9.0 report comes "
+            "from a scenario without kv_cache.host): host_reused_prompt_tokens 0 and "
+            "load_wait_us null per request; host null per worker, rank and pool; "
+            "host_reused_prompt_tokens 0, host_reuse_ratio (0, or null when "
+            "summary.prompt_tokens is 0), gpu_reuse_ratio (the prefix_reuse_ratio) and host "
+            "null in a non-null summary.kv_cache; host_transfers [] when trace is not null, "
+            "else null",
+            upgrade=report_9_0_to_10_0,
+        ),
+        Migration(
+            kind="scenario",
+            source="1.7",
+            target="1.8",
+            summary="relabel: 1.8 adds the optional kv_cache.host (top level and in a pool's "
+            "kv_cache), which 1.7 scenarios do not use (R141)",
             upgrade=relabel,
         ),
     ),

@@ -63,6 +63,9 @@ class Workload:
     sessions: tuple[str, ...] = ()
     """R59: the sessions' ids, in document order (``Request.session`` indexes them); empty
     for a workload without sessions."""
+    session_prompts_extend: bool = False
+    """R125 (section 19): each turn of a session begins with the previous turn's prompt and
+    output (``false`` when the workload leaves the member out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +118,26 @@ class SchedulerLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class HostTier:
+    """R129 (section 19): a cache's host pool of ``blocks`` entries, ``bytes_per_token`` bytes
+    of KV cache per token, and its two lanes' bytes per second (store: GPU to host; load: host
+    to GPU)."""
+
+    blocks: int
+    bytes_per_token: int
+    store_bytes_per_s: int
+    load_bytes_per_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class KvCache:
-    """R45: each worker's KV cache of ``blocks`` blocks of ``block_tokens`` tokens."""
+    """R45: each worker's KV cache of ``blocks`` blocks of ``block_tokens`` tokens; ``host``
+    its host tier (R129), ``None`` without one."""
 
     blocks: int
     block_tokens: int
     prefix_caching: bool
+    host: HostTier | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from servesim.contract.model import (
     ClosedLoop,
     FailureEvent,
     Failures,
+    HostTier,
     KvCache,
     KvTransfer,
     Pool,
@@ -374,6 +375,19 @@ def _kv_cache(kv_cache: dict[str, Any] | None) -> KvCache | None:
         blocks=kv_cache["blocks"],
         block_tokens=kv_cache["block_tokens"],
         prefix_caching=kv_cache["prefix_caching"],
+        host=_host_tier(kv_cache.get("host")),
+    )
+
+
+def _host_tier(host: dict[str, Any] | None) -> HostTier | None:
+    """R129: a cache's ``host`` member (scenario 1.8), ``None`` when absent."""
+    if host is None:
+        return None
+    return HostTier(
+        blocks=host["blocks"],
+        bytes_per_token=host["bytes_per_token"],
+        store_bytes_per_s=host["store_bytes_per_s"],
+        load_bytes_per_s=host["load_bytes_per_s"],
     )
 
 

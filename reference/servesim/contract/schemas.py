@@ -13,14 +13,14 @@ from typing import Any
 
 #: Document kind -> schema versions this package reads (SPEC.md R2), oldest first.
 SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
-    "scenario": ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7"),
-    "workload": ("1.0", "1.1", "1.2"),
+    "scenario": ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"),
+    "workload": ("1.0", "1.1", "1.2", "1.3"),
     "timing_profile": ("1.0", "1.1"),
-    "report": ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "7.0", "8.0", "9.0"),
+    "report": ("1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "7.0", "8.0", "9.0", "10.0"),
 }
 
 #: The report versions the reference writes (SPEC.md R31, R38): only the current one.
-WRITTEN_REPORT_VERSIONS: tuple[str, ...] = ("9.0",)
+WRITTEN_REPORT_VERSIONS: tuple[str, ...] = ("10.0",)
 
 #: Document kind -> the schema file's name inside a version folder.
 _SCHEMA_FILES = {

@@ -199,4 +199,5 @@ def build_workload(value: dict[str, Any]) -> Workload:
         ),
         prefix_hash_block_tokens=value.get("prefix_hash_block_tokens"),
         sessions=sessions,
+        session_prompts_extend=value.get("session_prompts_extend", False),
     )

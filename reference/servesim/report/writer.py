@@ -28,6 +28,15 @@ from servesim.engine.requests import RequestState
 from servesim.engine.step import Step
 from servesim.engine.step_ends import StepEndItems, slicing_pays
 from servesim.engine.worker import Worker
+from servesim.report.host import (
+    host_transfers,
+    pool_host,
+    request_host_reused_prompt_tokens,
+    request_load_wait_us,
+    scheduler_host,
+    summary_kv_cache_host_members,
+    worker_host,
+)
 
 
 def ratio(numerator: int, denominator: int) -> float | None:
@@ -82,7 +91,8 @@ def _latencies(state: RequestState) -> tuple[int, int, int]:
 _NO_FATE = (b'"fail_reason":null,', b'"lost_tokens":0,', b'"migrations":[],', 0)
 _REQUEST_ENTRY = (
     b'{"arrival_us":%b,"cached_blocks_at_routing":%b,"completion_us":%b,"e2e_us":%b,'
-    b'%b"first_scheduled_us":%b,"first_token_us":%b,"handoff":%b,"id":%b,%b"mean_itl_us":%b,'
+    b'%b"first_scheduled_us":%b,"first_token_us":%b,"handoff":%b,"host_reused_prompt_tokens":%d,'
+    b'"id":%b,"load_wait_us":%b,%b"mean_itl_us":%b,'
     b'%b"outcome":%b,'
     b'"output_tokens":%d,"pool":%b,"preemptions":%d,"prompt_tokens":%d,"queue_us":%b,'
     b'"rank":%b,"recomputed_tokens":%d,"reject_reason":%b,"retractions":%d,'
@@ -199,7 +209,9 @@ def _request_entry(
         _json(state.first_scheduled_us),
         _json(first_token),
         handoff,  # R107
+        request_host_reused_prompt_tokens(state),  # R140
         _json(request.id),
+        _json(request_load_wait_us(state)),  # R140
         lost_tokens,  # R123
         _json(mean_itl_us),
         migrations,  # R123
@@ -459,6 +471,7 @@ def _rank_entry(rank: Worker, worker_us: int) -> dict[str, Any]:
         "kv_cache": _worker_kv_cache(rank.kv_counters),
         "handed_off": rank.handed_off,  # R107
         "activated": rank.activated,
+        "host": scheduler_host(rank),  # R140
     }
 
 
@@ -502,6 +515,7 @@ def _worker_entry(
                 **{name: sum(cache[name] for cache in caches) for name in _SUMMED_CACHE},
             }
         )
+        entry["host"] = worker_host(unit, ranks)  # R140
     entry["worker"] = unit.index
     entry["style"] = unit.style if isinstance(unit, Worker) else unit.ranks[0].style  # R95
     entry["pool"] = pool
@@ -551,6 +565,7 @@ def _pool_entry(
         "request_throughput_per_s": ratio(done * 1_000_000, makespan_us),
         "output_token_throughput_per_s": ratio(output_tokens * 1_000_000, makespan_us),
         "kv_cache": kv_cache,
+        "host": pool_host(pool, workers),  # R140
         "workers_created": len(workers),  # R123
         "peak_workers": peak_workers,
         "worker_us": worker_us,
@@ -696,6 +711,7 @@ def report_chunks(
     makespan_us = _makespan_us(result.requests)
     members = [
         "document",
+        "host_transfers",
         "inputs",
         "pools",
         "requests",
@@ -781,6 +797,15 @@ def report_chunks(
         worker_us,
         fleet,
     )
+    if summary["kv_cache"] is not None:  # R140
+        summary["kv_cache"].update(
+            summary_kv_cache_host_members(
+                [state for state in result.requests if _completed(state)],
+                summary["kv_cache"]["reused_prompt_tokens"],
+                summary["prompt_tokens"],
+                pool_entries,
+            )
+        )
     fates = {} if fleet is None else fleet.fates
     # everything above ran now (a sum past R6's bound is found before any byte is written);
     # the bytes below are made as they are read
@@ -815,7 +840,9 @@ def _report_bytes(
     step_ends = _step_end_items(result.workers)
     pool_names = [canonical_bytes(pool.name) for pool in pools]
     yield (
-        b'{"document":"report","inputs":'
+        b'{"document":"report","host_transfers":'
+        + canonical_bytes(host_transfers(result))  # R140
+        + b',"inputs":'
         + canonical_bytes(digests)
         + b',"pools":'
         + canonical_bytes(pool_entries)
@@ -833,7 +860,7 @@ def _report_bytes(
         )
         for state in result.requests
     )
-    yield b',"schema_version":"9.0","summary":' + canonical_bytes(summary) + b',"trace":'
+    yield b',"schema_version":"10.0","summary":' + canonical_bytes(summary) + b',"trace":'
     if result.steps is None:
         yield b"null"
     else:
