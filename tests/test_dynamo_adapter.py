@@ -549,18 +549,52 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     )
 
 
-def test_describe_reads_scenario_1_7_writes_report_8_0_not_scenario_1_1_or_1_2() -> None:
-    """R38, R64, R96, R108, R124: reading workload 1.2 and scenario 1.3 to 1.7 it writes report
-    8.0 and declares 9.0, R124's exact migration of a static fleet's 8.0 (it refuses a fleet
-    that changes); scenario 1.1 only adds kv_cache, which the adapter cannot state in an
-    aggregated fleet, and 1.2 only the state-aware policies, which it refuses; 1.6's
-    disaggregated fleets run through Dynamo's disaggregated replay (disagg.py,
-    tests/test_dynamo_adapter_disagg.py)."""
+def test_describe_reads_scenario_1_8_writes_report_8_0_not_scenario_1_1_or_1_2() -> None:
+    """R38, R64, R96, R108, R124, R141: reading workload 1.3 and scenario 1.3 to 1.8 it writes
+    report 8.0 and declares 10.0, the exact migration of a static fleet's 8.0 without a host
+    tier (it refuses a fleet that changes, and a cache, host tier included); scenario 1.1 only
+    adds kv_cache, which the adapter cannot state in an aggregated fleet, and 1.2 only the
+    state-aware policies, which it refuses."""
     versions = cli.description()["schema_versions"]
-    assert versions["report"] == ["8.0", "9.0"]
-    assert versions["workload"] == ["1.0", "1.1", "1.2"]
-    assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5", "1.6", "1.7"]
+    assert versions["report"] == ["8.0", "10.0"]
+    assert versions["workload"] == ["1.0", "1.1", "1.2", "1.3"]
+    assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
     assert version_problems(versions) == []
+
+
+def test_a_scenario_1_8_with_a_host_tier_exits_2_without_running_dynamo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R129: read by the reference's reader, then refused by name: kv_cache (no blocks in use
+    per pass) for a mappable host tier, kv_cache.host.fractional_us for one that is not."""
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: pytest.fail("Dynamo was run"))
+    docs = documents("dynamo-fixed-smoke")
+    workload = dict(docs["workload"], schema_version="1.1", prefix_hash_block_tokens=16)
+    for host, feature in (
+        ({}, "kv_cache:"),
+        ({"load_bytes_per_s": 3_000_000_000}, "kv_cache.host.fractional_us:"),
+    ):
+        scenario = with_host(docs["scenario"], **host)
+        assert cli.main(write_case(tmp_path, scenario, workload)) == cli.EXIT_INVALID
+        error = capsys.readouterr().err
+        assert f"unsupported feature {feature}" in error
+        assert not (tmp_path / "report.json").exists()
+
+
+def test_continuing_turns_without_a_cache_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R125, R128: a workload 1.3 with session_prompts_extend and no cache is read; the
+    report is the golden one but for the workload's digest."""
+    docs = documents("dynamo-fixed-smoke")
+    outputs = iter(recorded("dynamo-fixed-smoke").values())
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    workload = dict(docs["workload"], schema_version="1.3", session_prompts_extend=True)
+    assert cli.main(write_case(tmp_path, docs["scenario"], workload)) == cli.EXIT_OK
+    report = json.loads(at_current_version((tmp_path / "report.json").read_bytes()))
+    expected = json.loads((GOLDEN / "dynamo-fixed-smoke" / "expected-report.json").read_bytes())
+    del report["inputs"], expected["inputs"]
+    assert report == expected
 
 
 def changing(scenario: dict[str, Any], change: str) -> dict[str, Any]:

@@ -88,18 +88,24 @@ def description() -> dict[str, Any]:
     Scenario 1.7 is declared (R124: no feature tag names its additions): a fleet that changes,
     ``scaling`` or ``failures``, is refused by name (mapping.check_fleet_changes), and a static
     fleet's report is still written at 8.0, which R37's step to 9.0 migrates exactly (an 8.0
-    report comes from a fleet that never changes); report 9.0 is declared for the harness's
-    migration, as R38 asks of a scenario 1.7 reader.
+    report comes from a fleet that never changes); the harness migrates it.
+    Scenario 1.8 and workload 1.3 are declared (R141): a host tier (kv_cache.host) maps onto
+    Dynamo's native_host_offload but comes with a cache, refused as above (kv.py; some host
+    tiers are refused by name first), and session_prompts_extend with sessions and a prefix
+    cache is refused by name (Dynamo cannot reuse answer blocks); without a prefix cache it
+    changes nothing. Report 10.0 is declared, as R38 asks of a scenario 1.8 reader (and 9.0
+    or later of a 1.7 reader): the adapter writes 8.0, which R124's and R141's exact steps
+    migrate (no fleet that changes, no host tier).
     """
     return {
         "name": NAME,
         "version": f"ai-dynamo {dynamo_runtime.version()}",
         "protocol_version": 5,
         "schema_versions": {
-            "scenario": ["1.0", "1.3", "1.4", "1.5", "1.6", "1.7"],
-            "workload": ["1.0", "1.1", "1.2"],
+            "scenario": ["1.0", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"],
+            "workload": ["1.0", "1.1", "1.2", "1.3"],
             "timing_profile": ["1.0", "1.1"],
-            "report": ["8.0", "9.0"],
+            "report": ["8.0", "10.0"],
         },
         "features": ["timing.grid"],
     }
