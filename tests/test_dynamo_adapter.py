@@ -29,7 +29,13 @@ GOLDEN = ROOT / "golden" / "valid"
 sys.path.insert(0, str(ADAPTER))
 
 from servesim_dynamo import cli, dynamo_runtime  # noqa: E402
-from servesim_dynamo.kv import CacheRecord, cache_record, check_kv_cache  # noqa: E402
+from servesim_dynamo.kv import (  # noqa: E402
+    CacheRecord,
+    cache_record,
+    check_continuing_turns,
+    check_host,
+    check_kv_cache,
+)
 from servesim_dynamo.mapping import (  # noqa: E402
     FixedTiming,
     Unsupported,
@@ -329,6 +335,117 @@ def test_a_given_cache_is_the_engine_memory_whatever_the_limits() -> None:
     )
 
 
+def with_host(scenario: dict[str, Any], **host: int) -> dict[str, Any]:
+    """``scenario`` with a 16-block GPU cache of 16 tokens and a host tier (R129): 16 entries,
+    1000 bytes per token (block_bytes 16,000), 1 GB/s stores, 2 GB/s loads unless given."""
+    tier = {
+        "blocks": 16,
+        "bytes_per_token": 1000,
+        "store_bytes_per_s": 1_000_000_000,
+        "load_bytes_per_s": 2_000_000_000,
+    }
+    tier.update(host)
+    cache = {"blocks": 16, "block_tokens": 16, "prefix_caching": True, "host": tier}
+    return dict(copy.deepcopy(scenario), schema_version="1.8", kv_cache=cache)
+
+
+def test_a_host_tier_is_dynamo_native_host_offload() -> None:
+    """R129, R130: host.blocks -> native_host_offload.num_host_blocks, bytes_per_token ->
+    the engine's kv_cache_bytes_per_token (Dynamo's host block is block_size times it), and
+    the lanes' bytes per second over 10^9 -> d2h / h2d GB/s (docs: dynamo-host-facts)."""
+    from servesim_dynamo.mapping import engine_args
+
+    scenario = with_host(documents("dynamo-fixed-smoke")["scenario"], blocks=40)
+    args = engine_args(scenario, FixedTiming(prefill_us=300, decode_us=200))
+    assert args["kv_cache_bytes_per_token"] == 1000
+    assert args["native_host_offload"] == {
+        "num_host_blocks": 40,
+        "d2h_bandwidth_gbps": 1.0,
+        "h2d_bandwidth_gbps": 2.0,
+    }
+    assert (args["num_gpu_blocks"], args["block_size"], args["enable_prefix_caching"]) == (
+        16,
+        16,
+        True,
+    )
+    without = engine_args(
+        dict(scenario, kv_cache={"blocks": 16, "block_tokens": 16, "prefix_caching": True}),
+        FixedTiming(prefill_us=300, decode_us=200),
+    )
+    assert "native_host_offload" not in without
+    assert "kv_cache_bytes_per_token" not in without
+
+
+@pytest.mark.parametrize(
+    ("lane", "bytes_per_s"),
+    [("store_bytes_per_s", 3_000_000_000), ("load_bytes_per_s", 3_000_000_000)],
+)
+def test_a_host_transfer_ending_within_a_microsecond_is_refused_by_name(
+    lane: str, bytes_per_s: int
+) -> None:
+    """R130 rounds a transfer up to whole microseconds; Dynamo's float-millisecond lane does
+    not (a block of 16,000 bytes at 3 GB/s takes 5.33 us there, 6 in servesim)."""
+    from servesim_dynamo.mapping import engine_args
+
+    scenario = with_host(documents("dynamo-fixed-smoke")["scenario"], **{lane: bytes_per_s})
+    with pytest.raises(Unsupported) as caught:
+        engine_args(scenario, FixedTiming(prefill_us=300, decode_us=200))
+    assert caught.value.feature == "kv_cache.host.fractional_us"
+    with pytest.raises(Unsupported) as again:
+        check_host(scenario, disaggregated=False)
+    assert again.value.feature == "kv_cache.host.fractional_us"
+    # 16,000 bytes at 4 GB/s is 4 us: whole microseconds for every block count
+    check_host(with_host(scenario, **{lane: 4_000_000_000}), disaggregated=False)
+
+
+def test_a_host_tier_dynamo_records_no_transfers_for_is_refused_by_name() -> None:
+    """Dynamo records host transfers only in the one-worker, one-rank per-token runtime, so a
+    host tier on ranks or in a disaggregated fleet is refused by name (R140's host members
+    could not be stated); a mappable host tier in an aggregated fleet passes check_host and
+    is then refused with the cache (kv_cache: no blocks in use per pass, R52)."""
+    scenario = with_host(documents("dynamo-fixed-smoke")["scenario"])
+    check_host(scenario, disaggregated=False)
+    with pytest.raises(Unsupported) as cache:
+        check_kv_cache(scenario)
+    assert cache.value.feature == "kv_cache"
+    assert "native_host_offload" in cache.value.detail
+    ranked = copy.deepcopy(scenario)
+    ranked["fleet"]["dp_size"] = 2
+    with pytest.raises(Unsupported) as ranks:
+        check_host(ranked, disaggregated=False)
+    assert ranks.value.feature == "kv_cache.host.ranks"
+    disagg = copy.deepcopy(documents("disagg-activation-waits-for-pass-end")["scenario"])
+    disagg["fleet"]["pools"][1]["kv_cache"] = with_host(scenario)["kv_cache"]
+    check_host(documents("disagg-activation-waits-for-pass-end")["scenario"], True)
+    with pytest.raises(Unsupported) as split:
+        check_host(disagg, disaggregated=True)
+    assert split.value.feature == "kv_cache.host.disaggregated"
+
+
+def test_continuing_turns_with_a_prefix_cache_are_refused_by_name() -> None:
+    """R127 reuses a turn's answer blocks only with sessions and prefix caching; Dynamo's trace
+    replay draws output tokens at random, so it cannot state that: refused by name. Without a
+    prefix cache (or without sessions) the member changes nothing and is read."""
+    smoke = documents("dynamo-fixed-smoke")
+    workload = dict(
+        smoke["workload"],
+        schema_version="1.3",
+        session_prompts_extend=True,
+        sessions=[{"id": "s"}],
+    )
+    check_continuing_turns(smoke["scenario"], workload)  # no cache
+    check_continuing_turns(with_cache(smoke["scenario"], False), workload)  # no prefix caching
+    alone = {key: value for key, value in workload.items() if key != "sessions"}
+    check_continuing_turns(with_cache(smoke["scenario"], True), alone)  # no sessions
+    disagg = copy.deepcopy(documents("disagg-activation-waits-for-pass-end")["scenario"])
+    check_continuing_turns(disagg, workload)  # its pools' caches have prefix caching off
+    disagg["fleet"]["pools"][0]["kv_cache"]["prefix_caching"] = True
+    with pytest.raises(Unsupported) as caught:
+        check_continuing_turns(disagg, workload)
+    assert caught.value.feature == "workload.session_prompts_extend"
+    check_continuing_turns(disagg, dict(workload, session_prompts_extend=False))
+
+
 def test_output_cut_at_max_model_len_is_reported_as_dynamo_ran_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -432,16 +549,123 @@ def test_describe_is_a_valid_description_declaring_only_timing_grid() -> None:
     )
 
 
-def test_describe_reads_scenario_1_6_writes_report_8_0_not_scenario_1_1_or_1_2() -> None:
-    """R38, R64, R96, R108: reading workload 1.2 and scenario 1.3 to 1.6 it writes report 8.0;
-    scenario 1.1 only adds kv_cache, which the adapter cannot state in an aggregated fleet, and
-    1.2 only the state-aware policies, which it refuses; 1.6's disaggregated fleets run through
-    Dynamo's disaggregated replay (disagg.py, tests/test_dynamo_adapter_disagg.py)."""
+def test_describe_reads_scenario_1_8_writes_report_8_0_not_scenario_1_1_or_1_2() -> None:
+    """R38, R64, R96, R108, R124, R141: reading workload 1.3 and scenario 1.3 to 1.8 it writes
+    report 8.0 and declares 10.0, the exact migration of a static fleet's 8.0 without a host
+    tier (it refuses a fleet that changes, and a cache, host tier included); scenario 1.1 only
+    adds kv_cache, which the adapter cannot state in an aggregated fleet, and 1.2 only the
+    state-aware policies, which it refuses."""
     versions = cli.description()["schema_versions"]
-    assert versions["report"] == ["8.0"]
-    assert versions["workload"] == ["1.0", "1.1", "1.2"]
-    assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5", "1.6"]
+    assert versions["report"] == ["8.0", "10.0"]
+    assert versions["workload"] == ["1.0", "1.1", "1.2", "1.3"]
+    assert versions["scenario"] == ["1.0", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"]
     assert version_problems(versions) == []
+
+
+def test_a_scenario_1_8_with_a_host_tier_exits_2_without_running_dynamo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R129: read by the reference's reader, then refused by name: kv_cache (no blocks in use
+    per pass) for a mappable host tier, kv_cache.host.fractional_us for one that is not."""
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: pytest.fail("Dynamo was run"))
+    docs = documents("dynamo-fixed-smoke")
+    workload = dict(docs["workload"], schema_version="1.1", prefix_hash_block_tokens=16)
+    for host, feature in (
+        ({}, "kv_cache:"),
+        ({"load_bytes_per_s": 3_000_000_000}, "kv_cache.host.fractional_us:"),
+    ):
+        scenario = with_host(docs["scenario"], **host)
+        assert cli.main(write_case(tmp_path, scenario, workload)) == cli.EXIT_INVALID
+        error = capsys.readouterr().err
+        assert f"unsupported feature {feature}" in error
+        assert not (tmp_path / "report.json").exists()
+
+
+def test_continuing_turns_without_a_cache_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R125, R128: a workload 1.3 with session_prompts_extend and no cache is read; the
+    report is the golden one but for the workload's digest."""
+    docs = documents("dynamo-fixed-smoke")
+    outputs = iter(recorded("dynamo-fixed-smoke").values())
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    workload = dict(docs["workload"], schema_version="1.3", session_prompts_extend=True)
+    assert cli.main(write_case(tmp_path, docs["scenario"], workload)) == cli.EXIT_OK
+    report = json.loads(at_current_version((tmp_path / "report.json").read_bytes()))
+    expected = json.loads((GOLDEN / "dynamo-fixed-smoke" / "expected-report.json").read_bytes())
+    del report["inputs"], expected["inputs"]
+    assert report == expected
+
+
+def changing(scenario: dict[str, Any], change: str) -> dict[str, Any]:
+    """``scenario`` at version 1.7 with one of section 18's changes (R110, R116)."""
+    changed = copy.deepcopy(dict(scenario, schema_version="1.7"))
+    if change == "fleet.scaling":
+        changed["fleet"]["scaling"] = {"schedule": [{"at_us": 100, "target": 2}]}
+    elif change == "pool.scaling":
+        changed["fleet"]["pools"][0]["scaling"] = {"startup_us": 50}
+    else:
+        changed["failures"] = {
+            "events": [
+                {
+                    "pool": changed["fleet"].get("pools", [{"name": "default"}])[0]["name"],
+                    "pool_worker": 0,
+                    "at_us": 50,
+                }
+            ],
+            "policy": "migrate",
+            "max_migrations": 1,
+        }
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "feature"),
+    [
+        ("dynamo-fixed-smoke", "fleet.scaling", "fleet.scaling"),
+        ("dynamo-fixed-smoke", "failures", "failures"),
+        ("disagg-activation-waits-for-pass-end", "pool.scaling", "fleet.scaling"),
+        ("disagg-activation-waits-for-pass-end", "failures", "failures"),
+    ],
+)
+def test_a_fleet_that_changes_is_refused_by_name_without_running_dynamo(
+    case: str,
+    change: str,
+    feature: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """R109-R124: Dynamo's replays take no scaling schedule, reactive policy or failures, so
+    a scenario 1.7 that has any exits 2 naming it, aggregated or disaggregated, rather than
+    report a static fleet (it was accepted, and its changes ignored, before)."""
+    for run in ("run", "run_trace", "run_disagg"):
+        monkeypatch.setattr(dynamo_runtime, run, lambda *a, **k: pytest.fail("Dynamo was run"))
+    docs = documents(case)
+    arguments = write_case(tmp_path, changing(docs["scenario"], change), docs["workload"])
+    assert cli.main(arguments) == cli.EXIT_INVALID
+    error = capsys.readouterr().err
+    assert f"unsupported feature {feature}:" in error
+    assert "invalid input" not in error  # the document is valid: refused, not rejected
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_a_static_scenario_1_7_is_the_1_6_scenario(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R124: every 1.6 document is a 1.7 document with the same meaning; the adapter's 8.0
+    report migrates to the golden report (which is at the current version)."""
+    docs = documents("dynamo-fixed-smoke")
+    outputs = iter(recorded("dynamo-fixed-smoke").values())
+    monkeypatch.setattr(dynamo_runtime, "run", lambda spec: next(outputs))
+    scenario = dict(docs["scenario"], schema_version="1.7")
+    assert cli.main(write_case(tmp_path, scenario, docs["workload"])) == cli.EXIT_OK
+    written = json.loads((tmp_path / "report.json").read_bytes())
+    assert written["schema_version"] == "8.0"
+    report = json.loads(at_current_version((tmp_path / "report.json").read_bytes()))
+    expected = json.loads((GOLDEN / "dynamo-fixed-smoke" / "expected-report.json").read_bytes())
+    del report["inputs"], expected["inputs"]  # the scenario's bytes differ, not its meaning
+    assert report == expected
 
 
 def test_a_turn_recorded_after_its_release_is_refused_by_name(

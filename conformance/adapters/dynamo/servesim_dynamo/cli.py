@@ -22,11 +22,12 @@ from servesim.contract.documents import Document, read_document
 from servesim.contract.errors import InvalidInput
 from servesim.contract.migrations import CHAIN
 from servesim_dynamo import NAME, disagg, dynamo_runtime
-from servesim_dynamo.kv import check_kv_cache
+from servesim_dynamo.kv import check_continuing_turns, check_host, check_kv_cache
 from servesim_dynamo.mapping import (
     FixedTiming,
     Fleet,
     Unsupported,
+    check_fleet_changes,
     check_scenario,
     fixed_timing,
     fleet_shape,
@@ -84,16 +85,27 @@ def description() -> dict[str, Any]:
     reader of scenario 1.5 writes 7.0 or later; R108's migration adds an aggregated fleet's
     values), its cache members those of a replay without a cache (null for a disaggregated
     one: Dynamo records no blocks in use), ``cached_blocks_at_routing`` null (round robin).
+    Scenario 1.7 is declared (R124: no feature tag names its additions): a fleet that changes,
+    ``scaling`` or ``failures``, is refused by name (mapping.check_fleet_changes), and a static
+    fleet's report is still written at 8.0, which R37's step to 9.0 migrates exactly (an 8.0
+    report comes from a fleet that never changes); the harness migrates it.
+    Scenario 1.8 and workload 1.3 are declared (R141): a host tier (kv_cache.host) maps onto
+    Dynamo's native_host_offload but comes with a cache, refused as above (kv.py; some host
+    tiers are refused by name first), and session_prompts_extend with sessions and a prefix
+    cache is refused by name (Dynamo cannot reuse answer blocks); without a prefix cache it
+    changes nothing. Report 10.0 is declared, as R38 asks of a scenario 1.8 reader (and 9.0
+    or later of a 1.7 reader): the adapter writes 8.0, which R124's and R141's exact steps
+    migrate (no fleet that changes, no host tier).
     """
     return {
         "name": NAME,
         "version": f"ai-dynamo {dynamo_runtime.version()}",
         "protocol_version": 5,
         "schema_versions": {
-            "scenario": ["1.0", "1.3", "1.4", "1.5", "1.6"],
-            "workload": ["1.0", "1.1", "1.2"],
+            "scenario": ["1.0", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8"],
+            "workload": ["1.0", "1.1", "1.2", "1.3"],
             "timing_profile": ["1.0", "1.1"],
-            "report": ["8.0"],
+            "report": ["8.0", "10.0"],
         },
         "features": ["timing.grid"],
     }
@@ -127,6 +139,10 @@ def replay(scenario_path: str, workload_path: str, profile_path: str) -> bytes:
 
 def replay_documents(scenario: Document, workload: Document, profile: Document) -> bytes:
     """The report bytes for three documents read and checked (R1 to R5)."""
+    # R109-R124: a fleet that changes, then R129's host tier, refused by name on both paths
+    check_fleet_changes(scenario.value)
+    check_host(scenario.value, disagg.is_disaggregated(scenario.value))
+    check_continuing_turns(scenario.value, workload.value)
     if disagg.is_disaggregated(scenario.value):
         # R97-R108: Dynamo's disaggregated replay (disagg.py)
         shape = disagg.check_disagg(scenario.value, profile.value)

@@ -122,6 +122,38 @@ UNSUPPORTED_POLICIES: dict[str, str] = {
 }
 
 
+#: The features named when a scenario 1.7 changes its fleet (SPEC.md section 18).
+SCALING_FEATURE = "fleet.scaling"
+FAILURES_FEATURE = "failures"
+
+
+def check_fleet_changes(scenario: dict[str, Any]) -> None:
+    """Refuse a fleet that changes (scenario 1.7, R109-R124): ``scaling`` (``fleet.scaling``
+    or any pool's) and ``failures``.
+
+    The per-token runtime the adapter reads replays a fixed worker (``initial_workers`` 1, no
+    planner), and the documented replay's scaling policies are Dynamo's planner (its own
+    decisions at its own ticks, no worker failures given as inputs): neither can be given
+    R110's schedule, R115's reactive policy or R116's failures, so a report would describe a
+    static fleet. Checked before any other refusal, for disaggregated fleets too.
+    """
+    fleet = scenario["fleet"]
+    scaled = "scaling" in fleet or any("scaling" in pool for pool in fleet.get("pools", []))
+    if scaled:
+        raise Unsupported(
+            SCALING_FEATURE,
+            "Dynamo's replays run a fixed set of workers (the per-token runtime one worker, "
+            "the documented replay its planner's own scaling decisions): R110's schedule, "
+            "R111's startup time and R115's reactive policy cannot be stated",
+        )
+    if "failures" in scenario:
+        raise Unsupported(
+            FAILURES_FEATURE,
+            "Dynamo's replays take no worker failures as inputs (R116-R119: failure, "
+            "migration or loss of the failed worker's requests, recovery)",
+        )
+
+
 def check_scenario(scenario: dict[str, Any]) -> None:
     """Refuse the scheduler and routing features Dynamo does not have as SPEC.md says."""
     policy = scenario["routing"]["policy"]
@@ -292,6 +324,9 @@ def engine_args(scenario: dict[str, Any], timing: FixedTiming) -> dict[str, Any]
             num_gpu_blocks=cache["blocks"],
             enable_prefix_caching=cache["prefix_caching"],
         )
+        if "host" in cache:
+            # R129: the host tier is Dynamo's native_host_offload (host_cases.py)
+            args.update(host_offload_args(cache))
         return args
     if named != "vllm" and blocks > MAX_GPU_BLOCKS:
         raise Unsupported(
@@ -302,6 +337,43 @@ def engine_args(scenario: dict[str, Any], timing: FixedTiming) -> dict[str, Any]
         )
     args["num_gpu_blocks"] = min(MAX_GPU_BLOCKS, blocks)
     return args
+
+
+#: Bytes per second in one of Dynamo's decimal GB/s.
+BYTES_PER_GB = 10**9
+
+
+def host_offload_args(cache: dict[str, Any]) -> dict[str, Any]:
+    """A cache's ``host`` (R129) as Dynamo's engine arguments, or Unsupported.
+
+    ``native_host_offload.num_host_blocks`` is ``blocks`` (per rank: Dynamo's pool is per DP
+    rank, ``dp_rank_local``), the engine's ``kv_cache_bytes_per_token`` is ``bytes_per_token``
+    (Dynamo's host block is ``block_size * kv_cache_bytes_per_token`` bytes, R129's
+    ``block_bytes``), and the two lanes' ``d2h_bandwidth_gbps`` and ``h2d_bandwidth_gbps``
+    are ``store_bytes_per_s`` and ``load_bytes_per_s`` over 10^9 (decimal GB/s). Dynamo
+    times a transfer of n blocks as ``n * block_bytes / (gbps * 10^6)`` float milliseconds,
+    R130 as ``ceil(n * block_bytes * 10^6 / W)`` microseconds: the two agree for every n
+    exactly when ``block_bytes * 10^6`` is a multiple of W, and otherwise a transfer ends at
+    a fraction of a microsecond in Dynamo, which no servesim time can hold: refused by name.
+    """
+    host = cache["host"]
+    block_bytes = cache["block_tokens"] * host["bytes_per_token"]
+    for lane, member in (("store", "store_bytes_per_s"), ("load", "load_bytes_per_s")):
+        if block_bytes * 1_000_000 % host[member] != 0:
+            raise Unsupported(
+                "kv_cache.host.fractional_us",
+                f"a block of {block_bytes} bytes at {host[member]} bytes/s takes "
+                f"{block_bytes * 1_000_000}/{host[member]} us on the {lane} lane: Dynamo's "
+                "lane ends it at a fraction of a microsecond where R130 rounds up",
+            )
+    return {
+        "kv_cache_bytes_per_token": host["bytes_per_token"],
+        "native_host_offload": {
+            "num_host_blocks": host["blocks"],
+            "d2h_bandwidth_gbps": host["store_bytes_per_s"] / BYTES_PER_GB,
+            "h2d_bandwidth_gbps": host["load_bytes_per_s"] / BYTES_PER_GB,
+        },
+    }
 
 
 def arrival_order(requests: list[dict[str, Any]]) -> list[int]:
