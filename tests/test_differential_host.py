@@ -392,3 +392,32 @@ def test_the_derivation_d1_through_both(flag: bool) -> None:
     assert (t1["host_reused_prompt_tokens"], t1["load_wait_us"]) == (0, None)
     assert value["summary"]["kv_cache"]["gpu_reuse_ratio"] == expected[0] / 112
     assert value["host_transfers"] == []
+
+
+REGRESSIONS = Path(__file__).parent / "differential_regressions"
+
+
+def _regression(name: str) -> Documents:
+    scenario, workload, timing = json.loads((REGRESSIONS / name).read_text(encoding="utf-8"))
+    return scenario, workload, timing
+
+
+def test_r54_r127_an_answer_block_counts_at_routing() -> None:
+    """Found by this tier (the plain loop capped cached(w, r) at floor(prompt / B)): t0's block 1
+    straddles its prompt (P 5, B 3) and R127 names it by t1's hashes [0, 7], which Y registered;
+    R54 counts it, so t0 sees 2 cached blocks at routing."""
+    value = assert_agree(_regression("host-answer-block-counts-at-routing.json"), generated=False)
+    assert value is not None
+    routed = {r["id"]: r["cached_blocks_at_routing"] for r in value["requests"]}
+    assert routed == {"Y": 0, "t0": 2, "t1": 2}
+
+
+def test_r140_transfers_of_one_instant_are_listed_by_worker() -> None:
+    """Found by this tier (the reference listed them in the order its decode runs created the
+    two passes' ends): two workers store at 1054; R140 lists worker 0's store first."""
+    value = assert_agree(_regression("host-transfers-of-one-instant.json"), generated=False)
+    assert value is not None
+    keys = [(t["submitted_us"], t["worker"], t["rank"]) for t in value["host_transfers"]]
+    assert keys == sorted(keys)
+    assert (1054, 0, 0) in keys
+    assert (1054, 1, 0) in keys

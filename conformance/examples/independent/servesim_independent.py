@@ -2166,7 +2166,7 @@ def simulate(scn, wl, pools, trace_on, report_version="3.0"):
     def cached_at(rk, r):  # R54, R82's cached(w, q, r): rank q's own registry as it is now
         c = rk.cache
         h = 0
-        while h < r.prompt // c.B:
+        while True:  # R54: R127's blocks count too, so h may pass floor(prompt / B)
             ident = identity(r, h, c)  # None without prefix caching or beyond the hashes
             if ident is None or ident not in c.registry:
                 break
@@ -3905,7 +3905,13 @@ def build_report(
                 del entry["cut_us"]
     hosts = None
     if v10:  # R140: null without the trace
-        hosts = None if trace is None else list(host_log or [])
+        # R140: by submitted_us, worker, rank; one scheduler's transfers of an instant in
+        # submission order (a stable sort of the submission log)
+        hosts = (
+            None
+            if trace is None
+            else sorted(host_log or [], key=lambda h: (h["submitted_us"], h["worker"], h["rank"]))
+        )
     return summary, wout, req_out, trace, pout, hosts
 
 

@@ -141,11 +141,18 @@ def summary_kv_cache_host_members(
 
 
 def host_transfers(result: SimulationResult) -> list[dict[str, Any]] | None:
-    """R140: every host transfer submitted, in submission order (R136); ``None`` when the trace
-    is not asked for (R30), ``[]`` with it and no host pool. ``end_us`` is the end R130
-    computed, also for a transfer a stop time cut (R139)."""
+    """R140: every host transfer submitted, ordered by submission time, worker and rank, one
+    scheduler's transfers of one instant in submission order (R136; a stable sort of the
+    submission order, since the order in which different workers' passes end at one instant is
+    not otherwise observable); ``None`` when the trace is not asked for (R30), ``[]`` with it and
+    no host pool. ``end_us`` is the end R130 computed, also for a transfer a stop time cut
+    (R139)."""
     if result.steps is None:
         return None
+    transfers = sorted(
+        result.host_transfers or (),
+        key=lambda transfer: (transfer.submitted_us, transfer.pool.worker, transfer.pool.rank),
+    )
     return [
         {
             "kind": transfer.kind,
@@ -157,5 +164,5 @@ def host_transfers(result: SimulationResult) -> list[dict[str, Any]] | None:
             "start_us": transfer.start_us,
             "end_us": transfer.end_us,
         }
-        for transfer in result.host_transfers or ()
+        for transfer in transfers
     ]
