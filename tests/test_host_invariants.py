@@ -926,19 +926,19 @@ def same_but_the_workload_digest(
 @NOT_YET
 @GENERATED
 @given(documents=broken_continuations())
-def test_h3_identifies_no_block_outside_a_continuing_pair(documents: tuple[Document, ...]) -> None:
+def test_r127_identifies_no_block_outside_a_continuing_pair(documents: tuple[Document, ...]) -> None:
     """R127, R128: where no pair continues, ``session_prompts_extend`` changes nothing: the
     report with it is the report without it but for the workload's digest (R30): no answer
     block is identified and no canonical hash differs from a turn's own. (Where pairs
     continue, a request outside sessions may reuse more with the flag: R127's blocks are
     registered like any other, so an outsider whose hashes match a continuing turn's may hit a
-    previous turn's answer; see ``test_h3_an_outsider_may_hit_an_answer_block``.)"""
+    previous turn's answer; see ``test_r127_an_outsider_may_hit_an_answer_block``.)"""
     scenario, workload, timing = documents
     assert same_but_the_workload_digest(documents, (scenario, without_the_flag(workload), timing))
 
 
 @NOT_YET
-def test_h3_an_outsider_may_hit_an_answer_block() -> None:
+def test_r127_an_outsider_may_hit_an_answer_block() -> None:
     """Why the property above needs every pair broken: D1's session (t0 P 32 ``[1,2]`` with 33
     output tokens; t1 P 80 ``[1,2,3,4,5]``, released 1000 us after t0's answer) and a request Y
     outside sessions (600 us, P 64 ``[1,2,3,4]``). With the flag t0's answer blocks 2 and 3 are

@@ -1114,7 +1114,7 @@ def test_r140_host_counters_add_up_over_ranks_workers_and_pools(tmp_path: Path) 
 
 
 def test_r140_load_wait_includes_lane_queueing(tmp_path: Path) -> None:
-    # test_h14's D: its load was submitted at 400 and queued behind C's (start 432, end 464):
+    # test_r138's D: its load was submitted at 400 and queued behind C's (start 432, end 464):
     # load_wait_us 64, of which 32 in the lane's queue; its queue_us counts from its arrival
     # to its first step, 464
     report = run(

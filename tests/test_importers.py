@@ -743,7 +743,7 @@ INFERRED = _mooncake_lines(
 )
 
 
-def test_h18_infer_sessions_links_the_latest_covering_predecessor(tmp_path: Path) -> None:
+def test_r142_infer_sessions_links_the_latest_covering_predecessor(tmp_path: Path) -> None:
     """R142: a line's predecessor is the latest earlier line whose full hashed blocks' hashes
     (at least 2) begin the line's and whose prompt and answer its prompt can hold; linked lines
     form sessions s0, s1, ... (in the order of their first line), each turn keeping its
@@ -771,7 +771,7 @@ def test_h18_infer_sessions_links_the_latest_covering_predecessor(tmp_path: Path
     assert document["requests"][2]["prefix_hashes"] == [10, 11, 12, 13, 14]
 
 
-def test_h18_a_predecessor_keeps_only_its_first_successor(tmp_path: Path) -> None:
+def test_r142_a_predecessor_keeps_only_its_first_successor(tmp_path: Path) -> None:
     """R142: L2 and L3 both have L1 as their predecessor: only L2, the first, is linked; L3
     starts a session of its own when L4 links to it; L5 follows L2 (its latest predecessor),
     and L6, whose predecessor is L2 too, stays alone."""
@@ -798,7 +798,7 @@ def test_h18_a_predecessor_keeps_only_its_first_successor(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("options", [(), ("--limit", "1"), ("--session-prompts-extend",)])
-def test_h18_infer_sessions_is_refused_with_session_ids(
+def test_r142_infer_sessions_is_refused_with_session_ids(
     tmp_path: Path, options: tuple[str, ...]
 ) -> None:
     """R142: a trace that names its sessions is refused (exit 2), even when the line with a
