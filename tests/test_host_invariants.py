@@ -926,7 +926,9 @@ def same_but_the_workload_digest(
 @NOT_YET
 @GENERATED
 @given(documents=broken_continuations())
-def test_r127_identifies_no_block_outside_a_continuing_pair(documents: tuple[Document, ...]) -> None:
+def test_r127_identifies_no_block_outside_a_continuing_pair(
+    documents: tuple[Document, ...],
+) -> None:
     """R127, R128: where no pair continues, ``session_prompts_extend`` changes nothing: the
     report with it is the report without it but for the workload's digest (R30): no answer
     block is identified and no canonical hash differs from a turn's own. (Where pairs
