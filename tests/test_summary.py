@@ -639,3 +639,26 @@ def test_compare_pairs_the_fleet_figures(
     assert rows["migrations"][:3] == ["0", "1", "1"]
     assert rows["worker time (s)"][:3] == ["0.008160", "0.010780", "0.002620"]
     assert rows["worker-hours (h)"][:2] == ["0.0000", "0.0000"]
+
+
+def test_r140_the_summary_shows_the_host_tier_of_the_bundled_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The host-tier example (README): its six turn 3s load 54 blocks in 6 loads, 864 prompt
+    tokens of 4,032 (21.43 %); the pool stores the 86 identities in 60 stores and never fills.
+    Without a host pool there is no such line."""
+    example = REPO / "examples" / "host-tier"
+    timing = REPO / "examples" / "basic" / "timing-profile.json"
+    lines = {}
+    for name in ("scenario.json", "scenario-gpu-only.json"):
+        output = tmp_path / f"{name}.report.json"
+        output.write_bytes(replay(example / name, example / "workload.json", timing))
+        assert main(["summary", str(output)]) == 0
+        lines[name] = [
+            line for line in capsys.readouterr().out.splitlines() if line.startswith("host tier")
+        ]
+    assert lines["scenario.json"] == [
+        "host tier    reuse 21.43% (864 prompt tokens loaded); 60 stores (86 blocks), 6 loads "
+        "(54 blocks); 0 host evictions, 0 blocks skipped"
+    ]
+    assert lines["scenario-gpu-only.json"] == []

@@ -35,6 +35,7 @@ from servesim.engine.admission import REJECT_REASONS
 from servesim_cli.figures_model import (
     FleetFigures,
     GoodputFigures,
+    HostTierFigures,
     Inputs,
     KvCacheFigures,
     PoolFigures,
@@ -201,6 +202,25 @@ def _kv_cache_figures(
             if worker["kv_cache"] is not None
         ),
         retractions=cache.get("retractions", 0),  # R95, report 7.0
+        host=_host_tier(cache, summary["prompt_tokens"]),
+    )
+
+
+def _host_tier(cache: dict[str, Any], prompt_tokens: int) -> HostTierFigures | None:
+    """R140: the fleet's host tier, from report 10.0's ``summary.kv_cache``."""
+    host = cache.get("host")
+    if host is None:
+        return None
+    reused = cache["host_reused_prompt_tokens"]
+    return HostTierFigures(
+        reused_prompt_tokens=reused,
+        host_reuse_ratio=_quotient(reused, prompt_tokens),
+        stores=host["stores"],
+        stored_blocks=host["stored_blocks"],
+        loads=host["loads"],
+        loaded_blocks=host["loaded_blocks"],
+        evictions=host["evictions"],
+        skipped_blocks=host["skipped_blocks"],
     )
 
 

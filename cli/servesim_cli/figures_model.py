@@ -60,6 +60,24 @@ class KvCacheFigures:
     peak_blocks_in_use: int
     #: R91, R95: the sglang style's retractions (0 before report 7.0, which has none).
     retractions: int = 0
+    #: R140: the fleet's host tier, when a cache had a host pool (report 10.0).
+    host: HostTierFigures | None = None
+
+
+@dataclass(frozen=True)
+class HostTierFigures:
+    """What the report says of the host KV tier over the fleet (R140's ``summary.kv_cache``)."""
+
+    #: Prompt tokens completed requests loaded from the host at their first admission.
+    reused_prompt_tokens: int
+    #: Those over all prompt tokens of completed requests, exact (R140 writes it rounded).
+    host_reuse_ratio: Value
+    stores: int
+    stored_blocks: int
+    loads: int
+    loaded_blocks: int
+    evictions: int
+    skipped_blocks: int
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,20 @@ def _kv_cache_lines(figures: ReportFigures, show: Any) -> list[str]:
         f"({cache.reused_prompt_tokens:,} prompt tokens); {cache.preemptions:,} preemptions"
         f"{retracted}, {cache.evictions:,} evictions; peak {cache.peak_blocks_in_use:,} blocks "
         "in use (largest worker)",
+        *_host_tier_lines(figures),
+    ]
+
+
+def _host_tier_lines(figures: ReportFigures) -> list[str]:
+    """R140's host tier over the fleet, when a cache had a host pool."""
+    host = figures.kv_cache.host if figures.kv_cache is not None else None
+    if host is None:
+        return []
+    return [
+        f"host tier    reuse {shown(host.host_reuse_ratio, 'percent', suffix=True)} "
+        f"({host.reused_prompt_tokens:,} prompt tokens loaded); {host.stores:,} stores "
+        f"({host.stored_blocks:,} blocks), {host.loads:,} loads ({host.loaded_blocks:,} blocks); "
+        f"{host.evictions:,} host evictions, {host.skipped_blocks:,} blocks skipped",
     ]
 
 
