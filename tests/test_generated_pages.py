@@ -66,6 +66,7 @@ GENERATED = {
     "conformance/adapters/dynamo/MOONCAKE-DISAGG.md",
     "conformance/adapters/dynamo/MOONCAKE-DISAGG-4P4D.md",
     "conformance/adapters/dynamo/MOONCAKE-DISAGG-8P4Dx2.md",
+    "conformance/adapters/dynamo/HOST.md",
     "docs/matrix/index.html",
     *(f"docs/matrix/{path.name}" for path in MATRIX_REPORTS),
 }
