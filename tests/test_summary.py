@@ -662,3 +662,29 @@ def test_r140_the_summary_shows_the_host_tier_of_the_bundled_example(
         "(54 blocks); 0 host evictions, 0 blocks skipped"
     ]
     assert lines["scenario-gpu-only.json"] == []
+
+
+def test_r140_the_json_summary_has_the_host_tier_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The host-tier example's figures (README: 864 of 4,032 prompt tokens from the host in 6
+    loads of 54 blocks; 86 blocks stored, no host eviction); without a host pool the same keys
+    are null, so that ``servesim compare`` pairs any two reports."""
+    example = REPO / "examples" / "host-tier"
+    timing = REPO / "examples" / "basic" / "timing-profile.json"
+    figures = {}
+    for name in ("scenario.json", "scenario-gpu-only.json"):
+        output = tmp_path / f"{name}.report.json"
+        output.write_bytes(replay(example / name, example / "workload.json", timing))
+        assert main(["summary", str(output), "--json"]) == 0
+        value = json.loads(capsys.readouterr().out)["figures"]
+        figures[name] = {key: v for key, v in value.items() if "host" in key}
+    assert figures["scenario.json"] == {
+        "kv_cache.host_reused_prompt_tokens": 864,
+        "kv_cache.host_reuse_ratio": 864 / 4032,
+        "kv_cache.host.loads": 6,
+        "kv_cache.host.loaded_blocks": 54,
+        "kv_cache.host.stored_blocks": 86,
+        "kv_cache.host.evictions": 0,
+    }
+    assert figures["scenario-gpu-only.json"] == dict.fromkeys(figures["scenario.json"])

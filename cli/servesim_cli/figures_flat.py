@@ -163,6 +163,12 @@ _KV_CACHE_FIGURES = (
     ("kv_cache.preemptions", "preemptions", "count"),
     ("kv_cache.evictions", "evictions", "count"),
     ("kv_cache.peak_blocks_in_use", "peak blocks in use", "count"),
+    ("kv_cache.host_reused_prompt_tokens", "host-reused prompt tokens", "count"),
+    ("kv_cache.host_reuse_ratio", "host reuse", "percent"),
+    ("kv_cache.host.loads", "host loads", "count"),
+    ("kv_cache.host.loaded_blocks", "host loaded blocks", "count"),
+    ("kv_cache.host.stored_blocks", "host stored blocks", "count"),
+    ("kv_cache.host.evictions", "host evictions", "count"),
 )
 
 
@@ -171,12 +177,23 @@ def _kv_cache_flat(cache: KvCacheFigures | None) -> tuple[Figure, ...]:
     same figures in the same order (``servesim compare`` pairs them)."""
     values: tuple[Value, ...] = (None,) * len(_KV_CACHE_FIGURES)
     if cache is not None:
+        host: tuple[Value, ...] = (None,) * 6  # R140: only with a host pool
+        if cache.host is not None:
+            host = (
+                Fraction(cache.host.reused_prompt_tokens),
+                cache.host.host_reuse_ratio,
+                Fraction(cache.host.loads),
+                Fraction(cache.host.loaded_blocks),
+                Fraction(cache.host.stored_blocks),
+                Fraction(cache.host.evictions),
+            )
         values = (
             Fraction(cache.reused_prompt_tokens),
             cache.prefix_reuse_ratio,
             Fraction(cache.preemptions),
             Fraction(cache.evictions),
             Fraction(cache.peak_blocks_in_use),
+            *host,
         )
     return tuple(
         Figure(key, label, unit, value)
