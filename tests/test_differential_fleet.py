@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -52,22 +51,13 @@ EXAMPLES = int(os.environ.get("SERVESIM_FLEET_EXAMPLES", "25"))
 
 #: R124: reading scenario 1.7 needs report 9.0, which the plain loop is asked for.
 FLEET_REPORT_VERSION = "9.0"
-REFERENCE_READS = "1.7" in SUPPORTED_VERSIONS["scenario"]
-PLAIN_READS = "1.7" in PLAIN.READS.get(FLEET_REPORT_VERSION, {}).get("scenario", [])
-MISSING = [
-    name
-    for name, ready in (
-        ("the reference (branch fleet-ref)", REFERENCE_READS),
-        ("the plain loop (branch fleet-plain)", PLAIN_READS),
-    )
-    if not ready
-]
-pytestmark = pytest.mark.skipif(
-    bool(MISSING),
-    reason="section 18 is not implemented yet by "
-    + " and ".join(MISSING)
-    + ": it does not read scenario 1.7 (report 9.0)",
-)
+
+
+def test_both_implementations_read_section_18() -> None:
+    """The tier below runs only if both read scenario 1.7 (R124); a regression fails here instead
+    of skipping the tier."""
+    assert "1.7" in SUPPORTED_VERSIONS["scenario"]
+    assert "1.7" in PLAIN.READS[FLEET_REPORT_VERSION]["scenario"]
 
 
 def plain_outcome(documents: Documents, *, trace: bool) -> tuple[int, bytes | None]:

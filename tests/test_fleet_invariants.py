@@ -43,7 +43,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance import fleet_invariants
 from servesim_conformance.properties import reference_report
 from servesim_conformance.strategies import (
@@ -763,12 +762,6 @@ def test_a_fleet_that_never_changes_keeps_every_invariant(documents: tuple[Docum
 
 # --- The reference on generated fleets that change ----------------------------------------------
 
-REFERENCE_READS_1_7 = "1.7" in SUPPORTED_VERSIONS["scenario"]
-NOT_YET = pytest.mark.skipif(
-    not REFERENCE_READS_1_7,
-    reason="the reference implementation of section 18 (scenario 1.7, report 9.0, branch "
-    "fleet-ref) is not merged yet: the reference does not read scenario 1.7",
-)
 
 aggregated_triples = st.one_of(
     input_triples(),
@@ -780,7 +773,6 @@ aggregated_triples = st.one_of(
 )
 
 
-@NOT_YET
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents=fleet_input_triples(aggregated_triples))
 def test_the_reference_keeps_every_fleet_invariant(documents: tuple[Document, ...]) -> None:

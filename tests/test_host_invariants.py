@@ -42,7 +42,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.contract.schemas import SUPPORTED_VERSIONS
 from servesim_conformance import host_invariants
 from servesim_conformance.properties import reference_report
 from servesim_conformance.strategies import (
@@ -729,13 +728,6 @@ def test_each_invariant_can_fail(name: str) -> None:
 
 # --- The reference on generated inputs ----------------------------------------------------------
 
-REFERENCE_READS_1_8 = "1.8" in SUPPORTED_VERSIONS["scenario"]
-REFERENCE_READS_1_3 = "1.3" in SUPPORTED_VERSIONS["workload"]
-NOT_YET = pytest.mark.skipif(
-    not (REFERENCE_READS_1_8 and REFERENCE_READS_1_3),
-    reason="the reference implementation of section 19 (scenario 1.8, workload 1.3, report "
-    "10.0, branch host-ref) is not merged yet",
-)
 GENERATED = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -744,7 +736,6 @@ def _reference_keeps(documents: tuple[Document, ...], *, trace: bool = True) -> 
     host_invariants.check_host_report(documents[0], value)
 
 
-@NOT_YET
 @GENERATED
 @given(documents=host_input_triples())
 def test_the_reference_keeps_every_host_invariant(documents: tuple[Document, ...]) -> None:
@@ -753,7 +744,6 @@ def test_the_reference_keeps_every_host_invariant(documents: tuple[Document, ...
     _reference_keeps(documents)
 
 
-@NOT_YET
 @GENERATED
 @given(documents=disaggregated_host_input_triples())
 def test_the_reference_keeps_every_host_invariant_disaggregated(
@@ -763,7 +753,6 @@ def test_the_reference_keeps_every_host_invariant_disaggregated(
     _reference_keeps(documents)
 
 
-@NOT_YET
 @GENERATED
 @given(documents=host_input_triples())
 def test_the_reference_keeps_them_without_the_trace(documents: tuple[Document, ...]) -> None:
@@ -923,7 +912,6 @@ def same_but_the_workload_digest(
     return bool(first == second)
 
 
-@NOT_YET
 @GENERATED
 @given(documents=broken_continuations())
 def test_r127_identifies_no_block_outside_a_continuing_pair(
@@ -939,7 +927,6 @@ def test_r127_identifies_no_block_outside_a_continuing_pair(
     assert same_but_the_workload_digest(documents, (scenario, without_the_flag(workload), timing))
 
 
-@NOT_YET
 def test_r127_an_outsider_may_hit_an_answer_block() -> None:
     """Why the property above needs every pair broken: D1's session (t0 P 32 ``[1,2]`` with 33
     output tokens; t1 P 80 ``[1,2,3,4,5]``, released 1000 us after t0's answer) and a request Y
@@ -1007,7 +994,6 @@ def test_r127_an_outsider_may_hit_an_answer_block() -> None:
     assert reused["on"]["t1"] == reused["off"]["t1"] == 64  # Y registered blocks 0 to 3
 
 
-@NOT_YET
 @GENERATED
 @given(documents=session_input_triples(kv_input_triples()))
 def test_the_flag_without_continuing_sessions_changes_nothing(
